@@ -1,0 +1,44 @@
+# Quasar — see README.md. Every target creates .venv on first use.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: run test lint proto bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed-run: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[demo]'
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@ $(VENV)/.installed-run
+
+## make run: install and start the standalone broker on embedded defaults
+## (data in ./data, pulsar://127.0.0.1:6650, admin http://127.0.0.1:8080)
+run: $(VENV)/.installed-run
+	$(BIN)/quasar standalone --data-dir ./data
+
+## make test: install with the dev extras, then ruff, the import-linter contracts and pytest
+test: $(VENV)/.installed-dev
+	$(BIN)/ruff check src tests benchmarks examples
+	$(BIN)/lint-imports
+	$(BIN)/python -m pytest
+
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff check src tests benchmarks examples
+	$(BIN)/ruff format --check src tests benchmarks examples
+	$(BIN)/lint-imports
+
+## make proto: regenerate src/quasar/protocol/proto/PulsarApi_pb2.py from PulsarApi.proto
+proto: $(VENV)/.installed-dev
+	sh scripts/gen_proto.sh
+
+bench: $(VENV)/.installed-run
+	$(BIN)/python benchmarks/produce_consume.py
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache

@@ -1,0 +1,229 @@
+"""Admin REST API on aiohttp, on the broker's event loop. Paths and JSON shapes follow Pulsar's admin v2
+(reference/pulsar-protocol.md §11): errors are ``{"reason": "..."}`` with 400 (bad input), 404 (unknown
+tenant/namespace/topic), 409 (already exists), 412 (precondition, e.g. partitioned parent) and 500.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from quasar.broker.broker_service import BrokerService, TopicExistsError
+from quasar.broker.errors import BrokerError, NamespaceNotFoundError, NotAllowedError, TopicNotFoundError
+from quasar.protocol import TopicName
+from quasar.protocol.errors import InvalidTopicNameError
+
+log = logging.getLogger(__name__)
+
+SERVICE_KEY = web.AppKey("service", BrokerService)
+DOMAINS = ("persistent", "non-persistent")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _error(status: int, reason: str) -> web.Response:
+    return web.json_response({"reason": reason}, status=status)
+
+
+@web.middleware
+async def _errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Map Quasar errors to Pulsar's admin status codes; nothing escapes as a bare 500 traceback."""
+    try:
+        return await handler(request)
+    except web.HTTPException:
+        raise
+    except (InvalidTopicNameError, ValueError, json.JSONDecodeError) as exc:
+        return _error(400, str(exc))
+    except TopicExistsError as exc:
+        return _error(409, str(exc))
+    except (NamespaceNotFoundError, TopicNotFoundError) as exc:
+        return _error(404, str(exc))
+    except NotAllowedError as exc:
+        return _error(412, str(exc))
+    except BrokerError as exc:
+        return _error(500, str(exc))
+    except Exception:
+        log.exception("admin request %s %s failed", request.method, request.path)
+        return _error(500, "internal error")
+
+
+def _service(request: web.Request) -> BrokerService:
+    return request.app[SERVICE_KEY]
+
+
+def _domain(request: web.Request) -> str:
+    domain = request.match_info["domain"]
+    if domain not in DOMAINS:
+        raise web.HTTPNotFound(text=json.dumps({"reason": f"unknown domain {domain}"}), content_type="application/json")
+    return domain
+
+
+def _topic(request: web.Request) -> TopicName:
+    info = request.match_info
+    return TopicName.parse(f"{_domain(request)}://{info['tenant']}/{info['namespace']}/{info['topic']}")
+
+
+def _namespace(request: web.Request) -> str:
+    namespace = f"{request.match_info['tenant']}/{request.match_info['namespace']}"
+    if not _service(request).namespace_exists(namespace):
+        raise NamespaceNotFoundError(f"Namespace {namespace} does not exist")
+    return namespace
+
+
+async def _json_body(request: web.Request) -> Any:
+    text = await request.text()
+    if not text.strip():
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"request body is not valid JSON: {exc.msg}") from None
+
+
+# ---------------------------------------------------------------------- clusters, tenants, namespaces
+async def get_clusters(request: web.Request) -> web.Response:
+    return web.json_response([_service(request).cluster_name])
+
+
+async def get_tenants(request: web.Request) -> web.Response:
+    return web.json_response(_service(request).tenants())
+
+
+async def put_tenant(request: web.Request) -> web.Response:
+    tenant = request.match_info["tenant"]
+    TopicName.parse(f"persistent://{tenant}/ns/t")  # validates the characters
+    body = await _json_body(request)
+    if body is not None and not isinstance(body, dict):
+        raise ValueError("tenant info must be a JSON object")
+    await _service(request).create_tenant(tenant, body or {"adminRoles": [], "allowedClusters": []})
+    return web.Response(status=204)
+
+
+async def get_namespaces(request: web.Request) -> web.Response:
+    tenant = request.match_info["tenant"]
+    service = _service(request)
+    if not service.tenant_exists(tenant):
+        raise NamespaceNotFoundError(f"Tenant {tenant} does not exist")
+    return web.json_response(service.namespaces(tenant))
+
+
+async def put_namespace(request: web.Request) -> web.Response:
+    namespace = f"{request.match_info['tenant']}/{request.match_info['namespace']}"
+    TopicName.parse(f"persistent://{namespace}/t")
+    body = await _json_body(request)
+    if body is not None and not isinstance(body, dict):
+        raise ValueError("namespace policies must be a JSON object")
+    await _service(request).create_namespace(namespace, body or {})
+    return web.Response(status=204)
+
+
+# ---------------------------------------------------------------------- topics
+async def list_topics(request: web.Request) -> web.Response:
+    namespace = _namespace(request)
+    return web.json_response(_service(request).list_topics(namespace, _domain(request)))
+
+
+async def list_partitioned_topics(request: web.Request) -> web.Response:
+    namespace = _namespace(request)
+    return web.json_response(_service(request).partitioned_topics(namespace, _domain(request)))
+
+
+async def put_partitions(request: web.Request) -> web.Response:
+    """Create a partitioned topic; body = partition count (JSON int) or ``{"partitions": N}``."""
+    topic = _topic(request)
+    body = await _json_body(request)
+    if isinstance(body, dict):
+        body = body.get("partitions")
+    if isinstance(body, bool) or not isinstance(body, int):
+        raise ValueError("body must be the number of partitions as a JSON integer")
+    if body <= 0:
+        raise ValueError(f"Number of partitions should be more than 0, got {body}")
+    await _service(request).create_partitioned_topic(topic, body)
+    return web.Response(status=204)
+
+
+async def get_partitions(request: web.Request) -> web.Response:
+    topic = _topic(request)
+    _namespace(request)
+    return web.json_response({"partitions": _service(request).partitions(topic)})
+
+
+async def put_topic(request: web.Request) -> web.Response:
+    """Create a non-partitioned topic (409 if it or a partitioned topic of that name exists)."""
+    topic = _topic(request)
+    service = _service(request)
+    _namespace(request)
+    if topic.full_name in service.factory.names() or service.partitions(topic) > 0:
+        raise TopicExistsError(f"Topic {topic.full_name} already exists")
+    service.get_or_create_topic(topic)
+    return web.Response(status=204)
+
+
+async def get_stats(request: web.Request) -> web.Response:
+    topic = _topic(request)
+    service = _service(request)
+    if service.partitions(topic) > 0:
+        raise TopicNotFoundError(f"{topic.full_name} is a partitioned topic; use partitioned-stats")
+    return web.json_response(service.get_or_create_topic(topic, create=False).stats())
+
+
+async def get_subscriptions(request: web.Request) -> web.Response:
+    topic = _topic(request)
+    loaded = _service(request).get_or_create_topic(topic, create=False)
+    return web.json_response(sorted(loaded.subscriptions))
+
+
+async def get_last_message_id(request: web.Request) -> web.Response:
+    topic = _topic(request)
+    loaded = _service(request).get_or_create_topic(topic, create=False)
+    ledger_id, entry_id, batch_index = loaded.last_message_id()
+    body: dict[str, Any] = {"ledgerId": ledger_id, "entryId": entry_id, "partitionIndex": topic.partition_index}
+    if batch_index >= 0:
+        body["batchIndex"] = batch_index
+    return web.json_response(body)
+
+
+async def lookup(request: web.Request) -> web.Response:
+    topic = _topic(request)
+    service = _service(request)
+    _namespace(request)
+    return web.json_response(
+        {
+            "brokerUrl": service.broker_service_url,
+            "brokerUrlTls": "",
+            "httpUrl": service.web_service_url,
+            "httpUrlTls": "",
+            "nativeUrl": service.broker_service_url,
+            "topic": topic.full_name,
+        }
+    )
+
+
+def build_admin_app(service: BrokerService) -> web.Application:
+    """The admin REST application for ``service``."""
+    app = web.Application(middlewares=[_errors_middleware], client_max_size=1024 * 1024)
+    app[SERVICE_KEY] = service
+    topic = "/admin/v2/{domain}/{tenant}/{namespace}/{topic}"
+    app.add_routes(
+        [
+            web.get("/admin/v2/clusters", get_clusters),
+            web.get("/admin/v2/tenants", get_tenants),
+            web.put("/admin/v2/tenants/{tenant}", put_tenant),
+            web.get("/admin/v2/namespaces/{tenant}", get_namespaces),
+            web.put("/admin/v2/namespaces/{tenant}/{namespace}", put_namespace),
+            web.get("/admin/v2/{domain}/{tenant}/{namespace}", list_topics),
+            web.get("/admin/v2/{domain}/{tenant}/{namespace}/partitioned", list_partitioned_topics),
+            web.put(topic + "/partitions", put_partitions),
+            web.get(topic + "/partitions", get_partitions),
+            web.get(topic + "/stats", get_stats),
+            web.get(topic + "/subscriptions", get_subscriptions),
+            web.get(topic + "/lastMessageId", get_last_message_id),
+            web.put(topic, put_topic),
+            web.get("/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}", lookup),
+        ]
+    )
+    return app

@@ -1,0 +1,71 @@
+"""Broker errors. Each carries the Pulsar ``ServerError`` code that goes back to the client.
+
+    QuasarError
+    └── BrokerError                 server_error: int (PulsarApi.proto ServerError)
+        ├── TopicNotFoundError      TopicNotFound (11)
+        ├── InvalidTopicError       InvalidTopicName (17)
+        ├── ProducerBusyError       ProducerBusy (16)
+        ├── ConsumerBusyError       ConsumerBusy (5)
+        ├── NamespaceNotFoundError  MetadataError (1)
+        ├── NotAllowedError         NotAllowedError (22)
+        └── PersistenceError        PersistenceError (2)
+
+Codes are the numbers of reference/pulsar-protocol.md §4; the C++ client's reaction to each is §9 there.
+"""
+
+from __future__ import annotations
+
+from quasar.errors import QuasarError
+
+# ServerError values (PulsarApi.proto, 4.2.0), kept here as plain ints so this module needs no protobuf.
+UNKNOWN_ERROR = 0
+METADATA_ERROR = 1
+PERSISTENCE_ERROR = 2
+CONSUMER_BUSY = 5
+SERVICE_NOT_READY = 6
+CHECKSUM_ERROR = 9
+TOPIC_NOT_FOUND = 11
+SUBSCRIPTION_NOT_FOUND = 12
+CONSUMER_NOT_FOUND = 13
+PRODUCER_BUSY = 16
+INVALID_TOPIC_NAME = 17
+NOT_ALLOWED = 22
+
+
+class BrokerError(QuasarError):
+    """A failure that is reported to the client as ``ServerError`` ``server_error``."""
+
+    server_error: int = UNKNOWN_ERROR
+
+    def __init__(self, message: str, *, server_error: int | None = None) -> None:
+        super().__init__(message)
+        if server_error is not None:
+            self.server_error = server_error
+
+
+class TopicNotFoundError(BrokerError):
+    server_error = TOPIC_NOT_FOUND
+
+
+class InvalidTopicError(BrokerError):
+    server_error = INVALID_TOPIC_NAME
+
+
+class ProducerBusyError(BrokerError):
+    server_error = PRODUCER_BUSY
+
+
+class ConsumerBusyError(BrokerError):
+    server_error = CONSUMER_BUSY
+
+
+class NamespaceNotFoundError(BrokerError):
+    server_error = METADATA_ERROR
+
+
+class NotAllowedError(BrokerError):
+    server_error = NOT_ALLOWED
+
+
+class PersistenceError(BrokerError):
+    server_error = PERSISTENCE_ERROR

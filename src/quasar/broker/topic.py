@@ -1,0 +1,173 @@
+"""PersistentTopic: producers, subscriptions and the managed ledger of one topic (or one partition).
+
+Follows Pulsar's ``PersistentTopic``: a topic owns one managed ledger; every durable cursor of that ledger is
+a subscription, restored when the topic loads; publishing appends one entry per SEND.
+"""
+
+from __future__ import annotations
+
+import logging
+from quasar.broker.errors import ProducerBusyError
+from quasar.broker.producer import Producer
+from quasar.broker.subscription import Subscription, entry_num_messages
+from quasar.ledger.managed_ledger import ManagedLedger
+from quasar.ledger.position import Position
+from quasar.protocol import TopicName, parse_headers_and_payload
+
+log = logging.getLogger(__name__)
+
+INITIAL_POSITION_LATEST = 0
+INITIAL_POSITION_EARLIEST = 1
+
+
+class PersistentTopic:
+    """One persistent topic partition (or non-partitioned topic)."""
+
+    def __init__(self, name: TopicName, ledger: ManagedLedger, *, max_read_batch_size: int = 100) -> None:
+        self.name = name
+        self.ledger = ledger
+        self.partition_index = name.partition_index
+        self.producers: dict[str, Producer] = {}
+        self.subscriptions: dict[str, Subscription] = {}
+        self._max_read_batch_size = max_read_batch_size
+        for cursor_name, cursor in ledger.cursors.items():
+            self.subscriptions[cursor_name] = Subscription(
+                self, cursor_name, cursor, durable=True, max_read_batch_size=max_read_batch_size
+            )
+        ledger.add_entries_listener(self._on_new_entries)
+
+    # ------------------------------------------------------------------ publish
+    def add_producer(self, producer: Producer) -> None:
+        """Register ``producer``; a second producer with the same name gets ProducerBusy (Pulsar)."""
+        existing = self.producers.get(producer.producer_name)
+        if existing is not None and existing is not producer:
+            raise ProducerBusyError(
+                f"Producer with name '{producer.producer_name}' is already connected to topic {self.name.full_name}"
+            )
+        self.producers[producer.producer_name] = producer
+
+    def remove_producer(self, producer: Producer) -> None:
+        if self.producers.get(producer.producer_name) is producer:
+            del self.producers[producer.producer_name]
+
+    async def publish(self, data: memoryview) -> Position:
+        """Append one entry (SEND bytes after the command, verbatim); returns its position once durable."""
+        return await self.ledger.add_entry(data)
+
+    def _on_new_entries(self) -> None:
+        for subscription in self.subscriptions.values():
+            subscription.schedule_dispatch()
+
+    # ------------------------------------------------------------------ subscriptions
+    def get_or_create_subscription(
+        self,
+        name: str,
+        *,
+        durable: bool,
+        initial_position: int,
+        start_position: Position | None = None,
+    ) -> Subscription:
+        """Return subscription ``name``, creating it (and its cursor) if needed.
+
+        Durable: a new cursor starts at the end (Latest) or the first entry (Earliest); an existing one resumes
+        after its mark-delete position. Non-durable (readers): a fresh cursor whose next read is
+        ``start_position`` (Pulsar's NonDurableCursorImpl), or per ``initial_position`` when it is None.
+        """
+        subscription = self.subscriptions.get(name)
+        if subscription is not None:
+            return subscription
+        if durable:
+            cursor = self.ledger.open_cursor(
+                name, "earliest" if initial_position == INITIAL_POSITION_EARLIEST else "latest"
+            )
+        else:
+            if start_position is None:
+                start_position = (
+                    self.ledger.first_position
+                    if initial_position == INITIAL_POSITION_EARLIEST
+                    else self.ledger.next_valid_position(self.ledger.last_confirmed_entry)
+                )
+            cursor = self.ledger.new_non_durable_cursor(start_position)
+        subscription = Subscription(
+            self, name, cursor, durable=durable, max_read_batch_size=self._max_read_batch_size
+        )
+        self.subscriptions[name] = subscription
+        return subscription
+
+    async def delete_subscription(self, name: str) -> None:
+        """Drop subscription ``name`` and its cursor (UNSUBSCRIBE)."""
+        subscription = self.subscriptions.pop(name, None)
+        if subscription is not None and subscription.durable:
+            await self.ledger.delete_cursor(name)
+
+    def remove_non_durable_if_idle(self, subscription: Subscription) -> None:
+        if not subscription.durable and not subscription.consumers:
+            self.subscriptions.pop(subscription.name, None)
+
+    # ------------------------------------------------------------------ queries
+    def find_position_by_publish_time(self, publish_time_ms: int) -> Position:
+        """First entry whose MessageMetadata.publish_time (ms) is >= ``publish_time_ms``, or the position after
+        the last entry when there is none (Pulsar resetCursor by timestamp). Scans entries in order, parsing
+        only their metadata."""
+        ledger = self.ledger
+        position = ledger.first_position
+        last = ledger.last_confirmed_entry
+        while position <= last:
+            entries = ledger.read_entries(position, 1000)
+            if not entries:
+                break
+            for entry in entries:
+                if parse_headers_and_payload(entry.data).metadata.publish_time >= publish_time_ms:
+                    return entry.position
+            position = ledger.next_valid_position(entries[-1].position)
+        return ledger.next_valid_position(last)
+
+    def last_message_id(self) -> tuple[int, int, int]:
+        """(ledger_id, entry_id, batch_index) of the last durable entry; (-1, -1, -1) when the topic is empty.
+
+        batch_index is num_messages_in_batch - 1 for a batch entry, else -1 (Pulsar ServerCnx
+        getLargestBatchIndexWhenPossible).
+        """
+        last = self.ledger.last_confirmed_entry
+        if last.entry_id < 0:
+            return -1, -1, -1
+        entry = self.ledger.get_entry(last)
+        batch_index = -1
+        if entry is not None:
+            count = entry_num_messages(entry.data)
+            if count > 1:
+                batch_index = count - 1
+        return last.ledger_id, last.entry_id, batch_index
+
+    def stats(self) -> dict[str, object]:
+        """TopicStats JSON in Pulsar's admin v2 shape (subset)."""
+        return {
+            "msgInCounter": sum(p.msg_in_counter for p in self.producers.values()),
+            "bytesInCounter": sum(p.bytes_in_counter for p in self.producers.values()),
+            "msgOutCounter": sum(s.msg_out_counter for s in self.subscriptions.values()),
+            "storageSize": self.ledger.total_size,
+            "publishers": [
+                {"producerId": p.producer_id, "producerName": p.producer_name, "msgInCounter": p.msg_in_counter}
+                for p in self.producers.values()
+            ],
+            "subscriptions": {
+                name: {
+                    "msgBacklog": sub.cursor.number_of_entries_in_backlog,
+                    "type": sub.sub_type.name.title().replace("_s", "_S") if sub.sub_type is not None else None,
+                    "unackedMessages": sub.unacked_messages,
+                    "isDurable": sub.durable,
+                    "consumers": [
+                        {
+                            "consumerName": c.consumer_name,
+                            "availablePermits": c.permits,
+                            "unackedMessages": c.unacked_messages,
+                            "msgOutCounter": c.msg_out_counter,
+                            "address": c.cnx.remote_address,
+                        }
+                        for c in sub.consumers
+                    ],
+                }
+                for name, sub in self.subscriptions.items()
+            },
+            "deduplicationStatus": "Disabled",
+        }

@@ -1,0 +1,1 @@
+"""Quasar cli package."""

@@ -1,0 +1,24 @@
+"""The ``quasar`` command: ``quasar standalone``, ``quasar demo ...``."""
+
+from __future__ import annotations
+
+import click
+
+from quasar import __version__
+
+
+@click.group()
+@click.version_option(__version__, prog_name="quasar")
+def main() -> None:
+    """Quasar: a Pulsar-compatible persistent message broker."""
+
+
+def _register() -> None:
+    from quasar.cli.demo import demo
+    from quasar.cli.standalone import standalone
+
+    main.add_command(standalone)
+    main.add_command(demo)
+
+
+_register()
