@@ -1,0 +1,245 @@
+"""Incremental, sans-IO decoder of Pulsar frames: bytes in, :class:`Frame` objects out (h11 style).
+
+The caller owns the socket: it passes whatever arrived to :meth:`FrameDecoder.receive_data` and then drains
+:meth:`FrameDecoder.next_frame` until it returns :data:`NEED_DATA`. The frame layout is in
+:mod:`quasar.protocol.frame`.
+
+Buffering strategy: received bytes are appended to one ``bytearray`` and frames are cut at a read offset, so
+many small frames per ``receive_data`` cost O(total bytes); the consumed prefix is dropped only when it is
+large and at least half of the buffer (amortised O(1) per byte). A frame's length prefix is checked against
+``max_frame_size`` as soon as its 4 bytes arrive, before the body is buffered. For SEND and MESSAGE the bytes
+after the command are copied once into their own ``bytes`` object; ``Frame.headers_and_payload`` is a
+memoryview of that copy, so it stays valid whatever the decoder does next and can be stored or forwarded
+without further copies.
+
+Errors: any violation raises a :class:`~quasar.protocol.errors.RemoteProtocolError` subclass and leaves the
+decoder in an error state in which every further call raises the same error; the connection must be closed. A
+CRC mismatch is *not* an error here (``Frame.checksum_ok`` is False): the broker answers SEND_ERROR
+ChecksumError and keeps the connection (Java ``Producer.verifyChecksum``), a client drops the message.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from google.protobuf.message import DecodeError, Message
+
+from ._layout import split_headers
+from ._pb import FIELD_FOR_TYPE, HAS_STRINGS, find_invalid_utf8
+from .checksum import crc32c
+from .enums import CommandType
+from .errors import (
+    FrameTooLargeError,
+    LocalProtocolError,
+    MalformedFrameError,
+    ProtocolError,
+    RemoteProtocolError,
+)
+from .frame import DEFAULT_MAX_MESSAGE_SIZE, MESSAGE_SIZE_FRAME_PADDING
+from .proto.PulsarApi_pb2 import BaseCommand
+
+__all__ = ["NEED_DATA", "Frame", "FrameDecoder", "NeedData"]
+
+_U32 = struct.Struct(">I")
+_PAYLOAD_TYPES: Final = frozenset((CommandType.SEND, CommandType.MESSAGE))
+_COMMAND_TYPES: Final = {int(t): t for t in CommandType}
+_HAS_STRING_FIELDS: Final = {
+    t: HAS_STRINGS[BaseCommand.DESCRIPTOR.fields_by_name[f].message_type.full_name]
+    for t, f in FIELD_FOR_TYPE.items()
+}
+#: Drop the consumed prefix of the buffer once it is at least this large (and at least half the buffer).
+_COMPACT_THRESHOLD = 64 * 1024
+
+
+class NeedData(enum.Enum):
+    """Type of the :data:`NEED_DATA` sentinel."""
+
+    NEED_DATA = "NEED_DATA"
+
+
+#: Returned by :meth:`FrameDecoder.next_frame` when no complete frame is buffered.
+NEED_DATA: Final = NeedData.NEED_DATA
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One decoded frame.
+
+    Attributes:
+        type: the ``BaseCommand.Type`` value (a :class:`~quasar.protocol.enums.CommandType` member).
+        command: the parsed BaseCommand; its sub-message for ``type`` is set (see :attr:`body`).
+        headers_and_payload: SEND and MESSAGE only: every byte after the command, verbatim
+            (``[0x0e02 bem]? [0x0e01 crc]? [metadataSize][metadata][payload]``) — what a broker stores and
+            later appends to MESSAGE; None for other commands.
+        checksum_ok: SEND and MESSAGE only: True/False when the 0x0e01 magic is present and the CRC32C over
+            the rest matches / does not match; None when there is no checksum (or no payload).
+    """
+
+    type: int
+    command: BaseCommand
+    headers_and_payload: memoryview | None = None
+    checksum_ok: bool | None = None
+
+    @property
+    def body(self) -> Message:
+        """The command's sub-message, e.g. ``CommandSend`` for SEND (``command.send``)."""
+        return getattr(self.command, FIELD_FOR_TYPE[self.type])
+
+
+class FrameDecoder:
+    """Turns a byte stream into :class:`Frame` objects. No sockets, no asyncio.
+
+    Args:
+        max_frame_size: the largest accepted ``totalSize`` in bytes (the 4-byte length prefix not counted).
+            Default 5 MiB + 10 KiB: the Java broker's ``maxMessageSize + MESSAGE_SIZE_FRAME_PADDING``.
+
+    Raises:
+        LocalProtocolError: ``max_frame_size`` is below 8.
+    """
+
+    __slots__ = ("_buffer", "_eof", "_error", "_max_frame_size", "_offset")
+
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_MESSAGE_SIZE + MESSAGE_SIZE_FRAME_PADDING) -> None:
+        self._buffer = bytearray()
+        self._offset = 0
+        self._eof = False
+        self._error: ProtocolError | None = None
+        self.max_frame_size = max_frame_size
+
+    @property
+    def max_frame_size(self) -> int:
+        """Largest accepted totalSize in bytes; may be changed between frames (as the Java client does after
+        CONNECTED: ``max_message_size + 10 KiB``)."""
+        return self._max_frame_size
+
+    @max_frame_size.setter
+    def max_frame_size(self, value: int) -> None:
+        if value < 8:
+            raise LocalProtocolError(f"max_frame_size must be at least 8 bytes, got {value}")
+        self._max_frame_size = value
+
+    @property
+    def buffered_size(self) -> int:
+        """Bytes received but not yet returned as part of a frame."""
+        return len(self._buffer) - self._offset
+
+    @property
+    def errored(self) -> bool:
+        """True once a protocol error was raised; the decoder then refuses further work."""
+        return self._error is not None
+
+    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
+        """Append bytes received from the peer. ``b""`` marks the end of the stream.
+
+        Raises:
+            ProtocolError: the decoder is in the error state (the earlier error is raised again).
+            LocalProtocolError: data after the end of the stream was signalled.
+        """
+        if self._error is not None:
+            raise self._error.with_traceback(None)
+        if not data:
+            self._eof = True
+            return
+        if self._eof:
+            raise LocalProtocolError("receive_data() called with data after end of stream")
+        self._buffer += data
+
+    def next_frame(self) -> Frame | Literal[NeedData.NEED_DATA]:
+        """Return the next complete frame, or :data:`NEED_DATA` if none is buffered yet.
+
+        Raises:
+            FrameTooLargeError: a frame's totalSize exceeds ``max_frame_size``.
+            MalformedFrameError: commandSize larger than the frame, an unparsable BaseCommand, missing
+                required fields, a type without its sub-message, invalid UTF-8 in a string field, bytes
+                after a command that carries no payload, a payload header running past the frame, or the
+                stream ended in the middle of a frame.
+            After any of these the decoder is in the error state: every later call raises the same error.
+        """
+        if self._error is not None:
+            raise self._error.with_traceback(None)
+        try:
+            return self._next_frame()
+        except RemoteProtocolError as exc:
+            self._error = exc
+            raise
+
+    def _next_frame(self) -> Frame | Literal[NeedData.NEED_DATA]:
+        buffer = self._buffer
+        offset = self._offset
+        available = len(buffer) - offset
+        if available < 4:
+            return self._need_data(available)
+        total_size = _U32.unpack_from(buffer, offset)[0]
+        if total_size > self._max_frame_size:
+            raise FrameTooLargeError(total_size, self._max_frame_size)
+        if total_size < 4:
+            raise MalformedFrameError(f"totalSize {total_size} is too small to hold the commandSize field")
+        if available < 4 + total_size:
+            return self._need_data(available)
+        command_start = offset + 8
+        command_size = _U32.unpack_from(buffer, offset + 4)[0]
+        command_end = command_start + command_size
+        frame_end = offset + 4 + total_size
+        if command_end > frame_end:
+            raise MalformedFrameError(f"commandSize {command_size} exceeds totalSize {total_size} - 4")
+
+        command = BaseCommand()
+        rest: bytes | None = None
+        view = memoryview(buffer)
+        try:
+            try:
+                command.ParseFromString(view[command_start:command_end])
+            except DecodeError as exc:
+                raise MalformedFrameError(f"unparsable BaseCommand: {exc}") from exc
+            if command_end < frame_end:
+                rest = bytes(view[command_end:frame_end])  # the one copy of a payload
+        finally:
+            view.release()
+
+        self._offset = frame_end
+        if frame_end == len(buffer):
+            del buffer[:]
+            self._offset = 0
+        elif frame_end >= _COMPACT_THRESHOLD and frame_end * 2 >= len(buffer):
+            del buffer[:frame_end]
+            self._offset = 0
+
+        command_type = self._check_command(command)
+        if command_type in _PAYLOAD_TYPES:
+            if rest is None:
+                raise MalformedFrameError(f"{command_type.name} frame without metadata and payload")
+            span = memoryview(rest)
+            layout = split_headers(span)
+            stored_crc = layout[2]
+            checksum_ok = None if stored_crc is None else crc32c(span[layout[3] :]) == stored_crc
+            return Frame(command_type, command, span, checksum_ok)
+        if rest is not None:
+            raise MalformedFrameError(
+                f"{len(rest)} unexpected bytes after a {command_type.name} command, which carries no payload"
+            )
+        return Frame(command_type, command)
+
+    @staticmethod
+    def _check_command(command: BaseCommand) -> CommandType:
+        if not command.HasField("type"):
+            raise MalformedFrameError("BaseCommand without a known type (missing or unknown Type value)")
+        command_type = _COMMAND_TYPES[command.type]
+        field = FIELD_FOR_TYPE[command_type]
+        if not command.HasField(field):
+            raise MalformedFrameError(f"{command_type.name} command without its '{field}' sub-message")
+        if not command.IsInitialized():
+            missing = ", ".join(command.FindInitializationErrors())
+            raise MalformedFrameError(f"{command_type.name} command is missing required fields: {missing}")
+        if _HAS_STRING_FIELDS[command_type]:
+            bad = find_invalid_utf8(getattr(command, field))
+            if bad is not None:
+                raise MalformedFrameError(f"{command_type.name} field '{bad}' is not valid UTF-8")
+        return command_type
+
+    def _need_data(self, available: int) -> Literal[NeedData.NEED_DATA]:
+        if self._eof and available:
+            raise MalformedFrameError(f"stream ended in the middle of a frame ({available} bytes buffered)")
+        return NEED_DATA
