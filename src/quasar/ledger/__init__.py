@@ -1,1 +1,61 @@
-"""Quasar ledger package."""
+"""Pulsar's managed ledger on Quasar's RocketMQ-style storage.
+
+A managed ledger is one store queue; its ledgers are consecutive ranges of that queue's offsets, addressed by
+``Position(ledger_id, entry_id)``. Cursors track a subscription's read position, mark-delete position and
+individually deleted ranges, persisted in the metadata store. Entries are opaque bytes here.
+
+Modules: ``position``, ``entry``, ``config``, ``errors``, ``range_set`` (PositionRangeSet), ``ack_state``
+(pure ack algorithm), ``ledger_table`` (Position <-> queue offset), ``ledger_id_allocator``, ``cursor_store``,
+``managed_cursor``, ``managed_ledger``, ``factory``.
+"""
+
+from quasar.ledger.ack_state import AckState
+from quasar.ledger.config import ManagedLedgerConfig
+from quasar.ledger.entry import Entry
+from quasar.ledger.errors import (
+    CursorAlreadyClosedError,
+    CursorNotFoundError,
+    InvalidCursorPositionError,
+    InvalidEntryError,
+    ManagedLedgerAlreadyClosedError,
+    ManagedLedgerError,
+    ManagedLedgerFencedError,
+    ManagedLedgerFlushTimeoutError,
+    ManagedLedgerStorageError,
+    MarkDeletingMarkedPositionError,
+    MetadataError,
+    NoMoreEntriesError,
+    TooManyRequestsError,
+)
+from quasar.ledger.factory import ManagedLedgerFactory
+from quasar.ledger.managed_cursor import ManagedCursor
+from quasar.ledger.managed_ledger import InitialPosition, ManagedLedger
+from quasar.ledger.position import EARLIEST, LATEST, Position
+from quasar.ledger.range_set import PositionRangeSet
+
+__all__ = [
+    "EARLIEST",
+    "LATEST",
+    "AckState",
+    "CursorAlreadyClosedError",
+    "CursorNotFoundError",
+    "Entry",
+    "InitialPosition",
+    "InvalidCursorPositionError",
+    "InvalidEntryError",
+    "ManagedCursor",
+    "ManagedLedger",
+    "ManagedLedgerAlreadyClosedError",
+    "ManagedLedgerConfig",
+    "ManagedLedgerError",
+    "ManagedLedgerFactory",
+    "ManagedLedgerFencedError",
+    "ManagedLedgerFlushTimeoutError",
+    "ManagedLedgerStorageError",
+    "MarkDeletingMarkedPositionError",
+    "MetadataError",
+    "NoMoreEntriesError",
+    "Position",
+    "PositionRangeSet",
+    "TooManyRequestsError",
+]

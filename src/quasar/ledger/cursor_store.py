@@ -1,0 +1,190 @@
+"""CursorStore: durable state of the cursors of one managed ledger, in the metadata store.
+
+Pulsar writes a cursor's mark-delete position and individually deleted ranges as ``PositionInfo`` entries of
+a cursor ledger, or inline in ``ManagedCursorInfo`` (``cursorsLedgerId = -1``) when few ranges are left
+(reference/semantics.md B2). Quasar always stores it inline, as one JSON value per cursor in the SQLite
+metadata store (written in a transaction, so a crash never leaves half a state), with at most
+``max_unacked_ranges_to_persist`` ranges: the lowest ones, as Pulsar keeps them. Acks in ranges above the cap
+live only in memory and are redelivered after a crash (broker.conf
+``managedLedgerMaxUnackedRangesToPersist``).
+
+Key: ``/cursors/<ledger name>/<cursor name, percent-encoded with no safe characters>`` (a cursor name with a
+``/`` cannot then be confused with a cursor of a nested ledger name).
+
+Value (JSON object)::
+
+    key                   type                     meaning
+    version               int                      1
+    name                  str                      cursor name
+    mark_delete           [ledger_id, entry_id]    mark-delete position (``ManagedCursorInfo.markDelete*``)
+    individually_deleted  [[ledger_id, lo, hi]...] open-closed ranges (ledger_id:lo, ledger_id:hi], ascending,
+                                                   at most max_unacked_ranges_to_persist (``MessageRange``)
+    last_active_ms        int                      when the state was taken, ms since epoch (``lastActive``)
+    properties            {str: int}               cursor properties (``ManagedCursorInfo.properties``)
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote, unquote
+
+from quasar.errors import QuasarError
+from quasar.ledger.errors import MetadataError
+from quasar.ledger.position import Position
+from quasar.ledger.range_set import PositionRangeSet
+
+__all__ = ["CURSOR_KEY_PREFIX", "CursorSnapshot", "CursorStore"]
+
+log = logging.getLogger(__name__)
+
+CURSOR_KEY_PREFIX = "/cursors/"
+FORMAT_VERSION = 1
+_METADATA_ERRORS = (QuasarError, OSError, sqlite3.Error)
+
+
+@dataclass(frozen=True, slots=True)
+class CursorSnapshot:
+    """An immutable copy of one cursor's durable state.
+
+    ``individually_deleted``: ``(ledger_id, lower_entry_exclusive, upper_entry_inclusive)`` triples.
+    """
+
+    name: str
+    mark_delete_position: Position
+    individually_deleted: tuple[tuple[int, int, int], ...] = ()
+    last_active_ms: int = 0
+    properties: Mapping[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def take(
+        cls,
+        name: str,
+        mark_delete_position: Position,
+        individually_deleted: PositionRangeSet,
+        *,
+        max_ranges: int,
+        now_ms: int,
+        properties: Mapping[str, int] | None = None,
+    ) -> CursorSnapshot:
+        """Copy the state, keeping only the lowest ``max_ranges`` ranges."""
+        ranges: list[tuple[int, int, int]] = []
+        if max_ranges > 0:
+            for ledger_id, first, last in individually_deleted.runs():
+                ranges.append((ledger_id, first - 1, last))
+                if len(ranges) >= max_ranges:
+                    break
+        return cls(name, mark_delete_position, tuple(ranges), now_ms, dict(properties or {}))
+
+    def range_set(self) -> PositionRangeSet:
+        """The persisted ranges as a new PositionRangeSet."""
+        ranges = PositionRangeSet()
+        for ledger_id, lower, upper in self.individually_deleted:
+            ranges.add_open_closed(Position(ledger_id, lower), Position(ledger_id, upper))
+        return ranges
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": FORMAT_VERSION,
+            "name": self.name,
+            "mark_delete": list(self.mark_delete_position),
+            "individually_deleted": [list(r) for r in self.individually_deleted],
+            "last_active_ms": self.last_active_ms,
+            "properties": dict(self.properties),
+        }
+
+    @classmethod
+    def from_json(cls, value: Any) -> CursorSnapshot:
+        """Parse a stored value; raises ``MetadataError`` on anything malformed."""
+        try:
+            if value["version"] != FORMAT_VERSION:
+                raise ValueError(f"unknown cursor state version {value['version']!r}")
+            ledger_id, entry_id = value["mark_delete"]
+            ranges = []
+            for ledger, lower, upper in value["individually_deleted"]:
+                if not (_is_int(ledger) and _is_int(lower) and _is_int(upper)) or not (
+                    ledger >= 0 and -1 <= lower < upper
+                ):
+                    raise ValueError(f"bad range {[ledger, lower, upper]!r}")
+                ranges.append((ledger, lower, upper))
+            if not (_is_int(ledger_id) and _is_int(entry_id)):
+                raise ValueError(f"bad mark-delete position {value['mark_delete']!r}")
+            name = value["name"]
+            if not isinstance(name, str):
+                raise ValueError(f"bad cursor name {name!r}")
+            properties = dict(value.get("properties") or {})
+            return cls(
+                name, Position(ledger_id, entry_id), tuple(ranges), int(value["last_active_ms"]), properties
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise MetadataError(f"malformed cursor state {value!r}: {exc}") from exc
+
+
+def _is_int(value: Any) -> bool:
+    return type(value) is int
+
+
+class CursorStore:
+    """Loads and saves the cursor states of managed ledger ``ledger_name`` in ``metadata``
+    (a ``quasar.storage.metadata.MetadataStore``). Loading is synchronous (at open); saving and deleting are
+    async (the metadata store's worker thread), so they never block the event loop."""
+
+    def __init__(self, metadata: Any, ledger_name: str) -> None:
+        self._metadata = metadata
+        self._prefix = f"{CURSOR_KEY_PREFIX}{ledger_name}/"
+
+    def key(self, cursor_name: str) -> str:
+        return self._prefix + quote(cursor_name, safe="")
+
+    def load_all(self) -> dict[str, CursorSnapshot]:
+        """Every persisted cursor of this ledger, by name. Raises ``MetadataError``."""
+        try:
+            stored = self._metadata.list(self._prefix)
+        except _METADATA_ERRORS as exc:
+            raise MetadataError(f"cannot list cursors under {self._prefix}: {exc}") from exc
+        result: dict[str, CursorSnapshot] = {}
+        for key, value in stored.items():
+            rest = key[len(self._prefix) :]
+            if "/" in rest:  # a cursor of a ledger whose name extends this one
+                continue
+            snapshot = CursorSnapshot.from_json(value)
+            if snapshot.name != unquote(rest):
+                raise MetadataError(f"cursor state under {key} names cursor {snapshot.name!r}")
+            result[snapshot.name] = snapshot
+        return result
+
+    def load(self, cursor_name: str) -> CursorSnapshot | None:
+        """The persisted state of ``cursor_name``, or None. Raises ``MetadataError``."""
+        try:
+            value = self._metadata.get(self.key(cursor_name))
+        except KeyError:
+            return None
+        except _METADATA_ERRORS as exc:
+            raise MetadataError(f"cannot read cursor {cursor_name!r}: {exc}") from exc
+        return None if value is None else CursorSnapshot.from_json(value)
+
+    async def save(self, snapshot: CursorSnapshot) -> None:
+        """Write ``snapshot`` (one transaction). Raises ``MetadataError``."""
+        try:
+            await self._metadata.aput(self.key(snapshot.name), snapshot.to_json())
+        except _METADATA_ERRORS as exc:
+            raise MetadataError(f"cannot persist cursor {snapshot.name!r}: {exc}") from exc
+
+    def save_now(self, snapshot: CursorSnapshot) -> None:
+        """Write ``snapshot`` synchronously, on the calling thread. Raises ``MetadataError``."""
+        try:
+            self._metadata.put(self.key(snapshot.name), snapshot.to_json())
+        except _METADATA_ERRORS as exc:
+            raise MetadataError(f"cannot persist cursor {snapshot.name!r}: {exc}") from exc
+
+    async def delete(self, cursor_name: str) -> None:
+        """Remove the state of ``cursor_name`` (no error if absent). Raises ``MetadataError``."""
+        try:
+            await self._metadata.adelete(self.key(cursor_name))
+        except KeyError:
+            return
+        except _METADATA_ERRORS as exc:
+            raise MetadataError(f"cannot delete cursor {cursor_name!r}: {exc}") from exc

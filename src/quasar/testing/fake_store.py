@@ -1,0 +1,358 @@
+"""In-memory stand-ins for ``MessageStore`` and ``MetadataStore``, with fault injection, for ledger tests.
+
+``FakeMessageStore`` implements the store facade the managed ledger uses (``put``, ``wait_flushed``,
+``put_and_wait``, ``get``, ``max_queue_offset``, ``min_queue_offset``, ``queues``) with the real store's
+status enums (``quasar.storage.status``). Faults, after Pulsar's ``PulsarMockBookKeeper`` (``failNow``,
+``failAfter``, ``delay``):
+
+- ``fail_now(status)``: the next put fails with ``status``. ``FLUSH_DISK_TIMEOUT`` and ``UNKNOWN_ERROR`` are
+  flush failures (the entry is written, its ``wait_flushed`` returns the status); the others refuse the put
+  (nothing written), as in RocketMQ.
+- ``fail_after(n, status)``: the same, after ``n`` more successful puts.
+- ``delay(seconds)``: every flush completes ``seconds`` after its ``wait_flushed`` call, in order.
+- ``pause_flush()`` / ``resume_flush()``: hold every flush until resumed (deterministic ordering tests).
+- ``crash()``: forget every entry whose flush did not complete (a machine crash with SYNC flush).
+- ``remove_before(topic, queue_id, offset)``: retention clean-up of a queue's head.
+
+``FakeMetadataStore`` is a dict of JSON values with the sync and async API of
+``quasar.storage.metadata.MetadataStore``; ``fail_writes(n)`` makes the next ``n`` writes raise
+``FakeStoreError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from quasar.errors import QuasarError
+from quasar.storage.status import GetStatus, PutStatus
+
+__all__ = [
+    "FakeMessageStore",
+    "FakeMetadataStore",
+    "FakeStoreError",
+    "GetResult",
+    "GetStatus",
+    "PutResult",
+    "PutStatus",
+    "StoredMessage",
+]
+
+_FLUSH_FAILURES = frozenset({PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.UNKNOWN_ERROR})
+RECORD_OVERHEAD_BYTES = 91
+"""Bytes a fake commit log record adds to the body (roughly RocketMQ's fixed record prefix)."""
+
+
+class FakeStoreError(QuasarError):
+    """An injected failure of the fake metadata store."""
+
+
+@dataclass(frozen=True, slots=True)
+class PutResult:
+    """Same fields as the real store's PutResult; offsets are -1 when nothing was written."""
+
+    status: PutStatus
+    commit_log_offset: int
+    queue_offset: int
+    wrote_bytes: int
+    store_timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """Same fields as the real store's StoredMessage; ``body`` is a view of the fake's copy."""
+
+    queue_offset: int
+    commit_log_offset: int
+    size: int
+    store_timestamp: int
+    body: memoryview
+    properties: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class GetResult:
+    """Same fields as the real store's GetResult."""
+
+    status: GetStatus
+    messages: list[StoredMessage]
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+
+
+@dataclass(slots=True)
+class _Queue:
+    messages: list[StoredMessage] = field(default_factory=list)
+    min_offset: int = 0  # offsets below were removed
+
+    @property
+    def max_offset(self) -> int:
+        return self.min_offset + len(self.messages)
+
+
+class FakeMessageStore:
+    """An in-memory MessageStore with SYNC-flush semantics and fault injection (see the module docstring)."""
+
+    def __init__(self, *, max_message_size: int = 4 * 1024 * 1024) -> None:
+        self.max_message_size = max_message_size
+        self._queues: dict[tuple[str, int], _Queue] = {}
+        self._commit_log_offset = 0
+        self._flushed_offset = 0
+        self._flush_failures: dict[int, PutStatus] = {}  # commit log end offset -> injected flush status
+        self._fail_countdown: int | None = None
+        self._fail_status = PutStatus.UNKNOWN_ERROR
+        self._delay_s = 0.0
+        self._paused = False
+        self._held: list[tuple[asyncio.Future[PutStatus], int]] = []
+        self.put_count = 0
+
+    # ------------------------------------------------------------------ fault injection
+    def fail_now(self, status: PutStatus = PutStatus.UNKNOWN_ERROR) -> None:
+        """Make the next put fail with ``status``."""
+        self.fail_after(0, status)
+
+    def fail_after(self, n: int, status: PutStatus = PutStatus.UNKNOWN_ERROR) -> None:
+        """Make the put after the next ``n`` successful ones fail with ``status``."""
+        if n < 0:
+            raise ValueError("n must be >= 0")
+        if status is PutStatus.PUT_OK:
+            raise ValueError("inject a failure status, not PUT_OK")
+        self._fail_countdown = n
+        self._fail_status = status
+
+    def delay(self, seconds: float) -> None:
+        """Complete every later flush ``seconds`` after it is awaited (0 = at the next loop iteration)."""
+        if seconds < 0:
+            raise ValueError("seconds must be >= 0")
+        self._delay_s = seconds
+
+    def pause_flush(self) -> None:
+        """Hold every flush until ``resume_flush``."""
+        self._paused = True
+
+    def resume_flush(self) -> None:
+        """Complete the held flushes, in order."""
+        self._paused = False
+        held, self._held = self._held, []
+        for future, end in held:
+            self._complete(future, end)
+
+    def crash(self) -> None:
+        """Drop every entry not covered by a completed flush (queue offsets are reused after that)."""
+        for queue in self._queues.values():
+            while queue.messages and queue.messages[-1].commit_log_offset >= self._flushed_offset:
+                queue.messages.pop()
+        self._commit_log_offset = self._flushed_offset
+        for future, _ in self._held:
+            future.cancel()
+        self._held.clear()
+        self._paused = False
+
+    def remove_before(self, topic: str, queue_id: int, offset: int) -> None:
+        """Retention: drop the messages of a queue below ``offset``."""
+        queue = self._queues.get((topic, queue_id))
+        if queue is None:
+            return
+        count = max(0, min(offset, queue.max_offset) - queue.min_offset)
+        del queue.messages[:count]
+        queue.min_offset += count
+
+    # ------------------------------------------------------------------ facade
+    def put(
+        self,
+        topic: str,
+        queue_id: int,
+        body: bytes | memoryview,
+        *,
+        properties: Mapping[str, str] | None = None,
+        tag_hash: int = 0,
+        born_timestamp_ms: int | None = None,
+    ) -> PutResult:
+        """Append one message (synchronous). Returns a PutResult; the entry is durable after
+        ``wait_flushed(commit_log_offset + wrote_bytes)`` returns PUT_OK."""
+        now = int(time.time() * 1000)
+        injected = None
+        if self._fail_countdown is not None:
+            if self._fail_countdown == 0:
+                injected = self._fail_status
+                self._fail_countdown = None
+            else:
+                self._fail_countdown -= 1
+        if injected is not None and injected not in _FLUSH_FAILURES:
+            return PutResult(injected, -1, -1, 0, now)
+        if len(body) > self.max_message_size:
+            return PutResult(PutStatus.MESSAGE_ILLEGAL, -1, -1, 0, now)
+        queue = self._queues.setdefault((topic, queue_id), _Queue())
+        data = bytes(body)
+        wrote = len(data) + RECORD_OVERHEAD_BYTES
+        commit_log_offset = self._commit_log_offset
+        message = StoredMessage(
+            queue.max_offset, commit_log_offset, wrote, now, memoryview(data), dict(properties or {})
+        )
+        queue.messages.append(message)
+        self._commit_log_offset += wrote
+        self.put_count += 1
+        if injected is not None:
+            self._flush_failures[commit_log_offset + wrote] = injected
+        return PutResult(PutStatus.PUT_OK, commit_log_offset, message.queue_offset, wrote, now)
+
+    def wait_flushed(self, commit_log_offset_end: int) -> asyncio.Future[PutStatus]:
+        """A future resolved with PUT_OK once the flush covers ``commit_log_offset_end`` (or an injected
+        failure status)."""
+        future: asyncio.Future[PutStatus] = asyncio.get_running_loop().create_future()
+        if self._paused:
+            self._held.append((future, commit_log_offset_end))
+        elif self._delay_s > 0:
+            asyncio.get_running_loop().call_later(
+                self._delay_s, self._complete, future, commit_log_offset_end
+            )
+        else:
+            asyncio.get_running_loop().call_soon(self._complete, future, commit_log_offset_end)
+        return future
+
+    def _complete(self, future: asyncio.Future[PutStatus], end: int) -> None:
+        if future.done():
+            return
+        status = self._flush_failures.pop(end, PutStatus.PUT_OK)
+        if status is PutStatus.PUT_OK and end > self._flushed_offset:
+            self._flushed_offset = end
+        future.set_result(status)
+
+    async def put_and_wait(
+        self,
+        topic: str,
+        queue_id: int,
+        body: bytes | memoryview,
+        *,
+        properties: Mapping[str, str] | None = None,
+        tag_hash: int = 0,
+        born_timestamp_ms: int | None = None,
+    ) -> PutResult:
+        """``put`` then ``wait_flushed``; the result carries the flush status."""
+        result = self.put(topic, queue_id, body, properties=properties, tag_hash=tag_hash)
+        if result.status is not PutStatus.PUT_OK:
+            return result
+        status = await self.wait_flushed(result.commit_log_offset + result.wrote_bytes)
+        return replace(result, status=status)
+
+    def get(
+        self, topic: str, queue_id: int, queue_offset: int, max_count: int, max_bytes: int = 4 * 1024 * 1024
+    ) -> GetResult:
+        """Up to ``max_count`` messages from ``queue_offset`` within ``max_bytes`` of bodies (at least one),
+        with RocketMQ's statuses."""
+        queue = self._queues.get((topic, queue_id))
+        if queue is None:
+            return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, [], 0, 0, 0)
+        low, high = queue.min_offset, queue.max_offset
+        if high == 0:
+            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, [], 0, low, high)
+        if queue_offset < low:
+            return GetResult(GetStatus.OFFSET_TOO_SMALL, [], low, low, high)
+        if queue_offset == high:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, [], queue_offset, low, high)
+        if queue_offset > high:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, [], high, low, high)
+        out: list[StoredMessage] = []
+        total = 0
+        for message in queue.messages[queue_offset - low : queue_offset - low + max(max_count, 0)]:
+            if out and total + message.body.nbytes > max_bytes:
+                break
+            out.append(message)
+            total += message.body.nbytes
+        if not out:
+            return GetResult(GetStatus.NO_MATCHED_MESSAGE, [], queue_offset, low, high)
+        return GetResult(GetStatus.FOUND, out, out[-1].queue_offset + 1, low, high)
+
+    def max_queue_offset(self, topic: str, queue_id: int) -> int:
+        """The next queue offset to be written (0 for an unknown queue)."""
+        queue = self._queues.get((topic, queue_id))
+        return 0 if queue is None else queue.max_offset
+
+    def min_queue_offset(self, topic: str, queue_id: int) -> int:
+        """The lowest queue offset still held (0 for an unknown queue)."""
+        queue = self._queues.get((topic, queue_id))
+        return 0 if queue is None else queue.min_offset
+
+    def queues(self) -> list[tuple[str, int]]:
+        return sorted(self._queues)
+
+
+class FakeMetadataStore:
+    """An in-memory transactional KV store of JSON values (values are deep-copied in and out)."""
+
+    def __init__(self) -> None:
+        self._data: dict[str, Any] = {}
+        self._fail_writes = 0
+        self.write_count = 0
+        self.closed = False
+
+    def fail_writes(self, n: int = 1) -> None:
+        """Make the next ``n`` writes (put, put_many, delete...) raise ``FakeStoreError``."""
+        self._fail_writes = n
+
+    def _write(self) -> None:
+        if self.closed:
+            raise FakeStoreError("metadata store is closed")
+        if self._fail_writes > 0:
+            self._fail_writes -= 1
+            raise FakeStoreError("injected metadata write failure")
+        self.write_count += 1
+
+    def get(self, key: str) -> Any:
+        value = self._data.get(key)
+        return None if value is None else copy.deepcopy(value)
+
+    def put(self, key: str, value: Any) -> None:
+        self.put_many({key: value})
+
+    def put_many(self, items: Mapping[str, Any]) -> None:
+        self._write()
+        encoded = {k: json.loads(json.dumps(v)) for k, v in items.items()}  # JSON-able, and a copy
+        self._data.update(encoded)
+
+    def delete(self, key: str) -> None:
+        self.delete_many([key])
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        self._write()
+        for key in keys:
+            self._data.pop(key, None)
+
+    def list(self, prefix: str) -> dict[str, Any]:
+        return {k: copy.deepcopy(v) for k, v in sorted(self._data.items()) if k.startswith(prefix)}
+
+    def keys(self) -> list[str]:
+        return sorted(self._data)
+
+    def close(self) -> None:
+        self.closed = True
+
+    async def aget(self, key: str) -> Any:
+        await asyncio.sleep(0)
+        return self.get(key)
+
+    async def aput(self, key: str, value: Any) -> None:
+        await asyncio.sleep(0)
+        self.put(key, value)
+
+    async def aput_many(self, items: Mapping[str, Any]) -> None:
+        await asyncio.sleep(0)
+        self.put_many(items)
+
+    async def adelete(self, key: str) -> None:
+        await asyncio.sleep(0)
+        self.delete(key)
+
+    async def adelete_many(self, keys: Iterable[str]) -> None:
+        await asyncio.sleep(0)
+        self.delete_many(keys)
+
+    async def alist(self, prefix: str) -> dict[str, Any]:
+        await asyncio.sleep(0)
+        return self.list(prefix)
