@@ -79,7 +79,9 @@ class BrokerService:
         self._boot_id = boot
         for tenant in DEFAULT_TENANTS:
             if self.metadata.get(TENANTS_PREFIX + tenant) is None:
-                self.metadata.put(TENANTS_PREFIX + tenant, {"adminRoles": [], "allowedClusters": [self.cluster_name]})
+                self.metadata.put(
+                    TENANTS_PREFIX + tenant, {"adminRoles": [], "allowedClusters": [self.cluster_name]}
+                )
         for namespace in DEFAULT_NAMESPACES:
             if self.metadata.get(POLICIES_PREFIX + namespace) is None:
                 self.metadata.put(POLICIES_PREFIX + namespace, {})
@@ -140,7 +142,7 @@ class BrokerService:
 
     def partitioned_topics(self, namespace: str, domain: str = "persistent") -> list[str]:
         prefix = f"{PARTITIONED_PREFIX}{domain}/{namespace}/"
-        return sorted(f"{domain}://{namespace}/{k[len(prefix):]}" for k in self.metadata.list(prefix))
+        return sorted(f"{domain}://{namespace}/{k[len(prefix) :]}" for k in self.metadata.list(prefix))
 
     # ------------------------------------------------------------------ topics
     def list_topics(self, namespace: str, domain: str = "persistent") -> list[str]:

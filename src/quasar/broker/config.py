@@ -52,7 +52,9 @@ class BrokerConfig:
         if self.max_message_size <= 0:
             raise ValueError(f"max_message_size must be positive, got {self.max_message_size}")
         if self.flush_disk_type not in ("SYNC_FLUSH", "ASYNC_FLUSH"):
-            raise ValueError(f"flush_disk_type must be SYNC_FLUSH or ASYNC_FLUSH, got {self.flush_disk_type!r}")
+            raise ValueError(
+                f"flush_disk_type must be SYNC_FLUSH or ASYNC_FLUSH, got {self.flush_disk_type!r}"
+            )
         if self.managed_ledger_max_entries_per_ledger <= 0:
             raise ValueError("managed_ledger_max_entries_per_ledger must be positive")
         if self.dispatcher_max_read_batch_size <= 0:

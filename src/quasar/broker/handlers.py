@@ -84,10 +84,14 @@ class CommandHandlers:
         handler(self, frame)
 
     def _unsupported(self, frame: Frame) -> None:
-        name = CommandType(frame.type).name if frame.type in CommandType._value2member_map_ else str(frame.type)
+        name = (
+            CommandType(frame.type).name if frame.type in CommandType._value2member_map_ else str(frame.type)
+        )
         sub = _sub_message(frame)
         if sub is not None and sub.DESCRIPTOR.fields_by_name.get("request_id") is not None:
-            self.write(commands.new_error(sub.request_id, codes.NOT_ALLOWED, f"command {name} is not supported"))
+            self.write(
+                commands.new_error(sub.request_id, codes.NOT_ALLOWED, f"command {name} is not supported")
+            )
             return
         self.close(f"command {name} is not supported and has no request id to answer")
 
@@ -100,7 +104,9 @@ class CommandHandlers:
         self.client_version = connect.client_version
         self.protocol_version = min(connect.protocol_version, MAX_PROTOCOL_VERSION)
         self.connected = True
-        self.write(commands.new_connected(SERVER_VERSION, self.protocol_version, self.config.max_message_size))
+        self.write(
+            commands.new_connected(SERVER_VERSION, self.protocol_version, self.config.max_message_size)
+        )
 
     def _handle_connect_again(self, frame: Frame) -> None:
         self.close("CONNECT received twice on one connection")
@@ -136,7 +142,9 @@ class CommandHandlers:
             code, message = _error_of(exc)
             self.write(commands.new_lookup_error(cmd.request_id, code, message))
             return
-        self.write(commands.new_lookup_response(cmd.request_id, self.service.broker_service_url, authoritative=True))
+        self.write(
+            commands.new_lookup_response(cmd.request_id, self.service.broker_service_url, authoritative=True)
+        )
 
     def _handle_get_topics_of_namespace(self, frame: Frame) -> None:
         cmd = frame.command.getTopicsOfNamespace
@@ -168,7 +176,9 @@ class CommandHandlers:
             else:
                 self.write(
                     commands.new_error(
-                        cmd.request_id, codes.SERVICE_NOT_READY, "Producer is already present on the connection"
+                        cmd.request_id,
+                        codes.SERVICE_NOT_READY,
+                        "Producer is already present on the connection",
                     )
                 )
             return
@@ -241,7 +251,9 @@ class CommandHandlers:
             else:
                 self.write(
                     commands.new_error(
-                        cmd.request_id, codes.SERVICE_NOT_READY, "Consumer is already present on the connection"
+                        cmd.request_id,
+                        codes.SERVICE_NOT_READY,
+                        "Consumer is already present on the connection",
                     )
                 )
             return
@@ -262,7 +274,11 @@ class CommandHandlers:
             except ValueError:
                 raise codes.NotAllowedError(f"unknown subscription type {cmd.subType}") from None
             consumer = Consumer(
-                cmd.consumer_id, cmd.consumer_name, self, subscription, priority_level=cmd.priority_level  # type: ignore[arg-type]
+                cmd.consumer_id,
+                cmd.consumer_name,
+                self,
+                subscription,
+                priority_level=cmd.priority_level,  # type: ignore[arg-type]
             )
             subscription.add_consumer(consumer, sub_type)
         except Exception as exc:
@@ -293,7 +309,9 @@ class CommandHandlers:
         if consumer is not None:
             return consumer
         if request_id is not None:
-            self.write(commands.new_error(request_id, codes.CONSUMER_NOT_FOUND, f"Consumer {consumer_id} not found"))
+            self.write(
+                commands.new_error(request_id, codes.CONSUMER_NOT_FOUND, f"Consumer {consumer_id} not found")
+            )
         elif consumer_id in self.closed_consumer_ids:
             log.debug("%s for recently closed consumer %d ignored", command, consumer_id)
         else:
@@ -315,7 +333,10 @@ class CommandHandlers:
             if request_id is not None:
                 self.write(
                     commands.new_ack_response(
-                        cmd.consumer_id, request_id, codes.CONSUMER_NOT_FOUND, f"Consumer {cmd.consumer_id} not found"
+                        cmd.consumer_id,
+                        request_id,
+                        codes.CONSUMER_NOT_FOUND,
+                        f"Consumer {cmd.consumer_id} not found",
                     )
                 )
             else:
@@ -356,7 +377,8 @@ class CommandHandlers:
         subscription = consumer.subscription
         if any(c is not consumer for c in subscription.consumers):
             self._reply_error(
-                cmd.request_id, ConsumerBusyError(f"Subscription {subscription.name} has other connected consumers")
+                cmd.request_id,
+                ConsumerBusyError(f"Subscription {subscription.name} has other connected consumers"),
             )
             return
 
@@ -390,7 +412,9 @@ class CommandHandlers:
             elif cmd.HasField("message_publish_time"):
                 target = subscription.topic.find_position_by_publish_time(cmd.message_publish_time)
             else:
-                raise codes.BrokerError("Message id and message publish time were not present", server_error=1)
+                raise codes.BrokerError(
+                    "Message id and message publish time were not present", server_error=1
+                )
         except Exception as exc:
             self._reply_error(cmd.request_id, exc)
             return

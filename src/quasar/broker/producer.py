@@ -28,7 +28,9 @@ log = logging.getLogger(__name__)
 class ProducerConnection(Protocol):
     """What a producer needs from its connection (ServerCnx implements it)."""
 
-    def send_receipt(self, producer_id: int, sequence_id: int, highest_sequence_id: int, position: Position) -> None: ...
+    def send_receipt(
+        self, producer_id: int, sequence_id: int, highest_sequence_id: int, position: Position
+    ) -> None: ...
 
     def send_send_error(self, producer_id: int, sequence_id: int, error: int, message: str) -> None: ...
 
@@ -54,7 +56,9 @@ class Producer:
     bytes_in_counter: int = 0
     closed: bool = False
 
-    def publish(self, sequence_id: int, highest_sequence_id: int, num_messages: int, data: memoryview) -> None:
+    def publish(
+        self, sequence_id: int, highest_sequence_id: int, num_messages: int, data: memoryview
+    ) -> None:
         """Append one entry (``data`` = the SEND's bytes after the command, stored verbatim) and schedule its
         receipt. ``num_messages`` counts the messages in the entry (for stats)."""
         self.msg_in_counter += num_messages
@@ -70,7 +74,9 @@ class Producer:
                 continue
             exc = op.future.exception()
             if exc is None:
-                self.cnx.send_receipt(self.producer_id, op.sequence_id, op.highest_sequence_id, op.future.result())
+                self.cnx.send_receipt(
+                    self.producer_id, op.sequence_id, op.highest_sequence_id, op.future.result()
+                )
                 continue
             if isinstance(exc, BrokerError):
                 code, text = exc.server_error, str(exc)

@@ -60,8 +60,7 @@ class ServerCnx(CommandHandlers, asyncio.Protocol):
 
     # ------------------------------------------------------------------ asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = transport  # type: ignore[assignment]  # uvloop's TCPTransport is not an asyncio.Transport
         peer = transport.get_extra_info("peername")
         self.remote_address = f"{peer[0]}:{peer[1]}" if peer else "?"
         sock = transport.get_extra_info("socket")
@@ -164,7 +163,9 @@ class ServerCnx(CommandHandlers, asyncio.Protocol):
         self._schedule_keepalive()
 
     # ------------------------------------------------------------------ used by producers / consumers
-    def send_receipt(self, producer_id: int, sequence_id: int, highest_sequence_id: int, position: Position) -> None:
+    def send_receipt(
+        self, producer_id: int, sequence_id: int, highest_sequence_id: int, position: Position
+    ) -> None:
         self.write(
             commands.new_send_receipt(
                 producer_id, sequence_id, position.ledger_id, position.entry_id, highest_sequence_id or None

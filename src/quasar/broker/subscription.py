@@ -84,14 +84,15 @@ class Subscription:
             if sub_type != self.sub_type:
                 raise ConsumerBusyError(f"Subscription {self.name} is of different type")
             if sub_type == SubType.EXCLUSIVE:
-                raise ConsumerBusyError(f"Exclusive consumer is already connected on subscription {self.name}")
+                raise ConsumerBusyError(
+                    f"Exclusive consumer is already connected on subscription {self.name}"
+                )
         else:
             self.sub_type = sub_type
-        if sub_type not in (SubType.EXCLUSIVE, SubType.SHARED):
+        if sub_type not in (SubType.EXCLUSIVE, SubType.SHARED) and self.consumers:
             # Failover and Key_Shared dispatch arrive with the topic-semantics issue; until then they get the
             # Shared dispatcher's delivery guarantees only when a single consumer is attached.
-            if self.consumers:
-                raise ConsumerBusyError(f"{sub_type.name} with several consumers is not supported yet")
+            raise ConsumerBusyError(f"{sub_type.name} with several consumers is not supported yet")
         self.consumers.append(consumer)
         self.schedule_dispatch()
 
@@ -188,10 +189,7 @@ class Subscription:
             return False
         budget = min(sum(c.permits for c in ready), self._max_read_batch_size)
         from_cursor = not self._redeliver
-        if from_cursor:
-            entries = self.cursor.read_entries(budget)
-        else:
-            entries = self._read_redeliveries(budget)
+        entries = self.cursor.read_entries(budget) if from_cursor else self._read_redeliveries(budget)
         if not entries:
             return not from_cursor and bool(self._redeliver)
         unsent = self._send(entries, ready)

@@ -7,6 +7,7 @@ a subscription, restored when the topic loads; publishing appends one entry per 
 from __future__ import annotations
 
 import logging
+
 from quasar.broker.errors import ProducerBusyError
 from quasar.broker.producer import Producer
 from quasar.broker.subscription import Subscription, entry_num_messages
@@ -147,13 +148,19 @@ class PersistentTopic:
             "msgOutCounter": sum(s.msg_out_counter for s in self.subscriptions.values()),
             "storageSize": self.ledger.total_size,
             "publishers": [
-                {"producerId": p.producer_id, "producerName": p.producer_name, "msgInCounter": p.msg_in_counter}
+                {
+                    "producerId": p.producer_id,
+                    "producerName": p.producer_name,
+                    "msgInCounter": p.msg_in_counter,
+                }
                 for p in self.producers.values()
             ],
             "subscriptions": {
                 name: {
                     "msgBacklog": sub.cursor.number_of_entries_in_backlog,
-                    "type": sub.sub_type.name.title().replace("_s", "_S") if sub.sub_type is not None else None,
+                    "type": sub.sub_type.name.title().replace("_s", "_S")
+                    if sub.sub_type is not None
+                    else None,
                     "unackedMessages": sub.unacked_messages,
                     "isDurable": sub.durable,
                     "consumers": [

@@ -42,15 +42,32 @@ async def _serve(config: BrokerConfig) -> None:
 
 
 @click.command()
-@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Directory for the commit log, consume queues and metadata [default: ./data].")
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Directory for the commit log, consume queues and metadata [default: ./data].",
+)
 @click.option("--host", default=None, help="Address to bind and advertise [default: 127.0.0.1].")
-@click.option("--port", type=int, default=None, help="Pulsar binary protocol port; 0 = any free port [default: 6650].")
-@click.option("--admin-port", type=int, default=None, help="Admin REST port; 0 = any free port [default: 8080].")
-@click.option("--config", "config_file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
-              help="TOML file of broker settings (names as in BrokerConfig); command-line options win.")
-@click.option("--log-level", default="INFO", show_default=True,
-              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+@click.option(
+    "--port", type=int, default=None, help="Pulsar binary protocol port; 0 = any free port [default: 6650]."
+)
+@click.option(
+    "--admin-port", type=int, default=None, help="Admin REST port; 0 = any free port [default: 8080]."
+)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="TOML file of broker settings (names as in BrokerConfig); command-line options win.",
+)
+@click.option(
+    "--log-level",
+    default="INFO",
+    show_default=True,
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+)
 def standalone(
     data_dir: Path | None,
     host: str | None,

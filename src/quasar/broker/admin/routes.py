@@ -58,7 +58,9 @@ def _service(request: web.Request) -> BrokerService:
 def _domain(request: web.Request) -> str:
     domain = request.match_info["domain"]
     if domain not in DOMAINS:
-        raise web.HTTPNotFound(text=json.dumps({"reason": f"unknown domain {domain}"}), content_type="application/json")
+        raise web.HTTPNotFound(
+            text=json.dumps({"reason": f"unknown domain {domain}"}), content_type="application/json"
+        )
     return domain
 
 
@@ -181,7 +183,11 @@ async def get_last_message_id(request: web.Request) -> web.Response:
     topic = _topic(request)
     loaded = _service(request).get_or_create_topic(topic, create=False)
     ledger_id, entry_id, batch_index = loaded.last_message_id()
-    body: dict[str, Any] = {"ledgerId": ledger_id, "entryId": entry_id, "partitionIndex": topic.partition_index}
+    body: dict[str, Any] = {
+        "ledgerId": ledger_id,
+        "entryId": entry_id,
+        "partitionIndex": topic.partition_index,
+    }
     if batch_index >= 0:
         body["batchIndex"] = batch_index
     return web.json_response(body)
