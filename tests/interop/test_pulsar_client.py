@@ -7,6 +7,8 @@ conftest.py); restarts and SIGKILL use the same data directory.
 from __future__ import annotations
 
 import json
+import re
+import time
 import urllib.request
 import uuid
 
@@ -331,5 +333,71 @@ def test_negative_ack_redelivers_with_count(broker):
         assert again.data() == b"retry-me"
         assert again.redelivery_count() == 1
         consumer.acknowledge(again)
+    finally:
+        client.close()
+
+
+def test_seek_to_publish_time(broker):
+    topic = topic_name()
+    client = new_client(broker)
+    try:
+        producer = client.create_producer(topic)
+        for i in range(3):
+            producer.send(f"old{i}".encode())
+        consumer = client.subscribe(topic, "by-time", initial_position=pulsar.InitialPosition.Earliest)
+        assert len(receive_all(consumer, 3)) == 3
+        time_after_old = int(time.time() * 1000) + 5
+        time.sleep(0.05)
+        for i in range(2):
+            producer.send(f"new{i}".encode())
+        assert len(receive_all(consumer, 2)) == 2
+        consumer.seek(time_after_old)
+        assert [m.data() for m in receive_all(consumer, 2)] == [b"new0", b"new1"]
+        consumer.seek(0)
+        assert consumer.receive(timeout_millis=10_000).data() == b"old0"
+    finally:
+        client.close()
+
+
+def test_regex_subscription_uses_topic_listing(broker):
+    prefix = f"rx-{uuid.uuid4().hex[:8]}"
+    client = new_client(broker)
+    try:
+        producers = [client.create_producer(f"persistent://public/default/{prefix}-{i}") for i in range(2)]
+        consumer = client.subscribe(
+            re.compile(f"persistent://public/default/{prefix}-.*"),
+            "rx",
+            initial_position=pulsar.InitialPosition.Earliest,
+        )
+        for i, producer in enumerate(producers):
+            producer.send(f"from-{i}".encode())
+        got = sorted(m.data() for m in receive_all(consumer, 2))
+        assert got == [b"from-0", b"from-1"]
+    finally:
+        client.close()
+
+
+def test_failover_delivers_to_one_active_consumer_then_fails_over(broker):
+    topic = topic_name()
+    client = new_client(broker)
+    try:
+        first = client.subscribe(
+            topic,
+            "fo",
+            consumer_type=pulsar.ConsumerType.Failover,
+            consumer_name="a",
+            initial_position=pulsar.InitialPosition.Earliest,
+        )
+        second = client.subscribe(topic, "fo", consumer_type=pulsar.ConsumerType.Failover, consumer_name="b")
+        producer = client.create_producer(topic)
+        for i in range(10):
+            producer.send(f"{i}".encode())
+        got = [int(m.data()) for m in receive_all(first, 5)]
+        assert got == [0, 1, 2, 3, 4]
+        with pytest.raises(pulsar.Timeout):
+            second.receive(timeout_millis=300)  # the standby receives nothing while "a" is active
+        first.close()
+        rest = [int(m.data()) for m in receive_all(second, 5)]
+        assert rest == [5, 6, 7, 8, 9]
     finally:
         client.close()

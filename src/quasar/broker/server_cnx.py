@@ -203,6 +203,10 @@ class ServerCnx(CommandHandlers, asyncio.Protocol):
             self.closed_consumer_ids.add(consumer_id)
         self.write(commands.new_close_consumer(consumer_id, 0))
 
+    def send_active_consumer_change(self, consumer_id: int, is_active: bool) -> None:
+        """Failover notification; the client only passes it to a consumer event listener."""
+        self.write(commands.new_active_consumer_change(consumer_id, is_active))
+
     def detach_producer(self, producer: Producer) -> None:
         producer.closed = True
         producer.topic.remove_producer(producer)

@@ -67,6 +67,7 @@ class Subscription:
         self.consumers: list[Consumer] = []
         self._max_read_batch_size = max_read_batch_size
         self._rr_index = 0
+        self._active: Consumer | None = None  # Exclusive / Failover: the one consumer that receives
         # position -> consumer holding it (delivered, not acked)
         self._pending: dict[Position, Consumer] = {}
         # positions to deliver again before reading new entries
@@ -79,21 +80,19 @@ class Subscription:
     def add_consumer(self, consumer: Consumer, sub_type: SubType) -> None:
         """Attach ``consumer``. Raises ConsumerBusyError as Pulsar does: a second consumer on an Exclusive
         subscription, or a sub type different from the one the subscription has while consumers are attached.
+        Key_Shared with several consumers arrives with the topic-semantics issue and is refused until then.
         """
         if self.consumers:
             if sub_type != self.sub_type:
                 raise ConsumerBusyError(f"Subscription {self.name} is of different type")
             if sub_type == SubType.EXCLUSIVE:
-                raise ConsumerBusyError(
-                    f"Exclusive consumer is already connected on subscription {self.name}"
-                )
+                raise ConsumerBusyError(f"Exclusive consumer is already connected on subscription {self.name}")
+            if sub_type == SubType.KEY_SHARED:
+                raise ConsumerBusyError("Key_Shared with several consumers is not supported yet")
         else:
             self.sub_type = sub_type
-        if sub_type not in (SubType.EXCLUSIVE, SubType.SHARED) and self.consumers:
-            # Failover and Key_Shared dispatch arrive with the topic-semantics issue; until then they get the
-            # Shared dispatcher's delivery guarantees only when a single consumer is attached.
-            raise ConsumerBusyError(f"{sub_type.name} with several consumers is not supported yet")
         self.consumers.append(consumer)
+        self._update_active_consumer()
         self.schedule_dispatch()
 
     def remove_consumer(self, consumer: Consumer) -> None:
@@ -111,7 +110,30 @@ class Subscription:
             self._pending.clear()
             self._redeliver.clear()
             self.cursor.rewind()
+        self._update_active_consumer()
         self.schedule_dispatch()
+
+    def _update_active_consumer(self) -> None:
+        """Failover: pick the active consumer as Pulsar's PersistentDispatcherSingleActiveConsumer does
+        (consumers ordered by priority level, then name; a partition picks ``partition_index % count``), tell
+        every consumer whether it is active (ACTIVE_CONSUMER_CHANGE), and rewind the cursor on a change so the
+        new active consumer receives everything not yet acknowledged."""
+        if self.sub_type != SubType.FAILOVER or not self.consumers:
+            self._active = self.consumers[0] if self.consumers else None
+            return
+        ordered = sorted(self.consumers, key=lambda c: (c.priority_level, c.consumer_name))
+        index = self.topic.partition_index % len(ordered) if self.topic.partition_index >= 0 else 0
+        active = ordered[index]
+        changed = active is not self._active
+        self._active = active
+        if changed:
+            for consumer in self.consumers:
+                consumer.pending_acks.clear()
+            self._pending.clear()
+            self._redeliver.clear()
+            self.cursor.rewind()
+        for consumer in self.consumers:
+            consumer.cnx.send_active_consumer_change(consumer.consumer_id, consumer is active)
 
     # ------------------------------------------------------------------ acks
     def ack_individual(self, consumer: Consumer, positions: Iterable[Position]) -> None:
@@ -177,10 +199,10 @@ class Subscription:
             log.exception("dispatch failed on %s/%s", self.topic.name, self.name)
 
     def _ready_consumers(self) -> list[Consumer]:
-        ready = [c for c in self.consumers if c.permits > 0 and c.cnx.writable]
-        if self.sub_type == SubType.EXCLUSIVE or self.sub_type == SubType.FAILOVER:
-            return ready[:1] if ready and ready[0] is self.consumers[0] else []
-        return ready
+        if self.sub_type in (SubType.EXCLUSIVE, SubType.FAILOVER):
+            active = self._active
+            return [active] if active is not None and active.permits > 0 and active.cnx.writable else []
+        return [c for c in self.consumers if c.permits > 0 and c.cnx.writable]
 
     def _dispatch_once(self) -> bool:
         """One read + send round. Returns True when more may be dispatched right away."""

@@ -11,6 +11,7 @@ import logging
 from quasar.broker.errors import ProducerBusyError
 from quasar.broker.producer import Producer
 from quasar.broker.subscription import Subscription, entry_num_messages
+from quasar.ledger.entry import Entry
 from quasar.ledger.managed_ledger import ManagedLedger
 from quasar.ledger.position import Position
 from quasar.protocol import TopicName, parse_headers_and_payload
@@ -108,20 +109,17 @@ class PersistentTopic:
     # ------------------------------------------------------------------ queries
     def find_position_by_publish_time(self, publish_time_ms: int) -> Position:
         """First entry whose MessageMetadata.publish_time (ms) is >= ``publish_time_ms``, or the position after
-        the last entry when there is none (Pulsar resetCursor by timestamp). Scans entries in order, parsing
-        only their metadata."""
+        the last entry when there is none (Pulsar resetCursor by timestamp: a binary search for the newest
+        entry published before the time, parsing only metadata)."""
         ledger = self.ledger
-        position = ledger.first_position
-        last = ledger.last_confirmed_entry
-        while position <= last:
-            entries = ledger.read_entries(position, 1000)
-            if not entries:
-                break
-            for entry in entries:
-                if parse_headers_and_payload(entry.data).metadata.publish_time >= publish_time_ms:
-                    return entry.position
-            position = ledger.next_valid_position(entries[-1].position)
-        return ledger.next_valid_position(last)
+
+        def published_before(entry: Entry) -> bool:
+            return parse_headers_and_payload(entry.data).metadata.publish_time < publish_time_ms
+
+        newest_before = ledger.find_newest_matching(published_before)
+        if newest_before is None:
+            return ledger.first_position
+        return ledger.next_valid_position(newest_before)
 
     def last_message_id(self) -> tuple[int, int, int]:
         """(ledger_id, entry_id, batch_index) of the last durable entry; (-1, -1, -1) when the topic is empty.
