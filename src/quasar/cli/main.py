@@ -22,3 +22,7 @@ def _register() -> None:
 
 
 _register()
+
+
+if __name__ == "__main__":
+    main(prog_name="quasar")
