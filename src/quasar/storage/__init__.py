@@ -1,1 +1,59 @@
-"""Quasar storage package."""
+"""Quasar storage: a RocketMQ-style message store that knows nothing of Pulsar.
+
+One commit log of records in mapped segment files, a consume queue of 20-byte units per (topic, queue id),
+a checkpoint, group-commit flushing, crash recovery, and an SQLite metadata store. Start at
+:class:`MessageStore` (``quasar.storage.message_store``) and :class:`MetadataStore`
+(``quasar.storage.metadata``).
+"""
+
+from quasar.storage.config import StoreConfig
+from quasar.storage.errors import (
+    ConsumeQueueGapError,
+    CorruptRecordError,
+    DiskFullError,
+    InvalidMessageError,
+    InvalidMetadataError,
+    MetadataError,
+    OffsetOutOfRangeError,
+    StorageError,
+    StoreClosedError,
+    StoreLoadError,
+    StoreLockedError,
+    StoreNotWritableError,
+)
+from quasar.storage.flush import FlushDiskType
+from quasar.storage.message_store import (
+    GetResult,
+    MessageStore,
+    PutResult,
+    StoredMessage,
+    StoreStatistics,
+)
+from quasar.storage.metadata import MetadataStore
+from quasar.storage.status import AppendMessageStatus, GetStatus, PutStatus
+
+__all__ = [
+    "AppendMessageStatus",
+    "ConsumeQueueGapError",
+    "CorruptRecordError",
+    "DiskFullError",
+    "FlushDiskType",
+    "GetResult",
+    "GetStatus",
+    "InvalidMessageError",
+    "InvalidMetadataError",
+    "MessageStore",
+    "MetadataError",
+    "MetadataStore",
+    "OffsetOutOfRangeError",
+    "PutResult",
+    "PutStatus",
+    "StorageError",
+    "StoreClosedError",
+    "StoreConfig",
+    "StoreLoadError",
+    "StoreLockedError",
+    "StoreNotWritableError",
+    "StoreStatistics",
+    "StoredMessage",
+]

@@ -1,0 +1,285 @@
+"""CommitLog: the one append-only log of every topic's records, in mapped segment files (RocketMQ
+``CommitLog``).
+
+Files live in ``<root>/commitlog/`` and are named by their 20-digit start offset (semantics.md A2). Records
+use the byte layout of :mod:`quasar.storage.record`; a record never spans two files: when it does not fit
+(with 8 bytes to spare) the commit log writes the blank end-of-file record and rolls to the next file
+(``AppendMessageStatus.END_OF_FILE`` handled internally, RocketMQ ``DefaultAppendMessageCallback.doAppend``).
+
+This class knows nothing of consume queues or flush policy: the store dispatches and flushes around it.
+Appends happen on one thread (the event loop); :meth:`flush` may run on a flush thread concurrently.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from quasar.storage.errors import CorruptRecordError, OffsetOutOfRangeError
+from quasar.storage.mapped_file import MappedFile
+from quasar.storage.mapped_file_queue import MappedFileQueue
+from quasar.storage.record import (
+    CRC32_RESERVED_LEN,
+    END_FILE_MIN_BLANK_LENGTH,
+    LOCAL_HOST,
+    MAX_PROPERTIES_LENGTH,
+    MAX_TOPIC_LENGTH,
+    CheckStatus,
+    HostAddress,
+    StoredRecord,
+    calc_msg_length,
+    check_record,
+    decode_record,
+    encode_blank_into,
+    encode_record_into,
+)
+from quasar.storage.status import AppendMessageStatus
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """Outcome of :meth:`CommitLog.append` (RocketMQ ``AppendMessageResult``).
+
+    ``wrote_offset`` is the record's commit log offset (bytes), ``wrote_bytes`` its total size; the record
+    ends at ``wrote_offset + wrote_bytes``. ``store_timestamp`` is in ms. All are 0 unless ``status`` is
+    PUT_OK.
+    """
+
+    status: AppendMessageStatus
+    wrote_offset: int = 0
+    wrote_bytes: int = 0
+    store_timestamp: int = 0
+    queue_offset: int = 0
+
+
+class CommitLog:
+    """The commit log in ``store_path`` with segment files of ``mapped_file_size`` bytes."""
+
+    def __init__(
+        self,
+        store_path: Path,
+        mapped_file_size: int,
+        *,
+        store_host: HostAddress = LOCAL_HOST,
+        append_prop_crc: bool = True,
+    ) -> None:
+        self.mapped_file_queue = MappedFileQueue(store_path, mapped_file_size)
+        self.mapped_file_size = mapped_file_size
+        self.store_host = store_host
+        self.append_prop_crc = append_prop_crc
+        """Append RocketMQ's reserved ``__CRC32#`` whole-record CRC property to every record."""
+        self._reserved = CRC32_RESERVED_LEN if append_prop_crc else 0
+
+    def __repr__(self) -> str:
+        return f"CommitLog({self.mapped_file_queue.store_path}, max_offset={self.max_offset})"
+
+    def load(self) -> None:
+        """Map the existing segment files (blocking). Raises :class:`StoreLoadError` on inconsistent files."""
+        self.mapped_file_queue.load()
+
+    @property
+    def min_offset(self) -> int:
+        return self.mapped_file_queue.min_offset
+
+    @property
+    def max_offset(self) -> int:
+        """End of the written data: the commit log offset the next record gets (unless it rolls)."""
+        return self.mapped_file_queue.max_offset
+
+    @property
+    def flushed_offset(self) -> int:
+        """Offset up to which the data is covered by fdatasync."""
+        return self.mapped_file_queue.flushed_where
+
+    # -- append ----------------------------------------------------------------------------------------------
+
+    def append(
+        self,
+        *,
+        topic: bytes,
+        queue_id: int,
+        queue_offset: int,
+        body: bytes | bytearray | memoryview,
+        properties: bytes,
+        store_timestamp: int,
+        born_timestamp: int,
+        born_host: HostAddress | None = None,
+        flag: int = 0,
+        sys_flag: int = 0,
+    ) -> AppendResult:
+        """Append one record (one memcpy of the body into the mapped segment); rolls segments as needed.
+
+        Returns PUT_OK with the record's offset, MESSAGE_SIZE_EXCEEDED when the record can never fit in a
+        segment or the topic is longer than 32767 bytes, PROPERTIES_SIZE_EXCEEDED past 32767 property bytes,
+        CREATE_MAPPED_FILE_FAILED when the next segment file cannot be created. Does not flush.
+        Raises :class:`InvalidMessageError` when a field is out of its range (e.g. a queue id past i32).
+        """
+        properties_length = len(properties) + self._reserved
+        if properties_length > MAX_PROPERTIES_LENGTH:
+            return AppendResult(AppendMessageStatus.PROPERTIES_SIZE_EXCEEDED)
+        total = calc_msg_length(len(body), len(topic), properties_length)
+        if len(topic) > MAX_TOPIC_LENGTH or total + END_FILE_MIN_BLANK_LENGTH > self.mapped_file_size:
+            return AppendResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED)
+        queue = self.mapped_file_queue
+        try:
+            mapped_file = queue.get_last_mapped_file(0)
+            assert mapped_file is not None
+            if total + END_FILE_MIN_BLANK_LENGTH > mapped_file.remaining():
+                self._write_blank(mapped_file)
+                mapped_file = queue.get_last_mapped_file(0)
+                assert mapped_file is not None
+        except OSError as exc:
+            log.error("cannot create the next commit log segment: %s", exc)
+            return AppendResult(AppendMessageStatus.CREATE_MAPPED_FILE_FAILED)
+        position = mapped_file.wrote_position
+        wrote_offset = mapped_file.file_from_offset + position
+        encode_record_into(
+            mapped_file.buffer,
+            position,
+            topic=topic,
+            queue_id=queue_id,
+            queue_offset=queue_offset,
+            physical_offset=wrote_offset,
+            body=body,
+            properties=properties,
+            store_timestamp=store_timestamp,
+            born_timestamp=born_timestamp,
+            born_host=born_host or self.store_host,
+            store_host=self.store_host,
+            flag=flag,
+            sys_flag=sys_flag,
+            append_prop_crc=self.append_prop_crc,
+        )
+        mapped_file.wrote_position = mapped_file.committed_position = position + total
+        return AppendResult(AppendMessageStatus.PUT_OK, wrote_offset, total, store_timestamp, queue_offset)
+
+    @staticmethod
+    def _write_blank(mapped_file: MappedFile) -> None:
+        remaining = mapped_file.remaining()
+        encode_blank_into(mapped_file.buffer, mapped_file.wrote_position, remaining)
+        mapped_file.wrote_position = mapped_file.committed_position = mapped_file.file_size
+
+    # -- read ------------------------------------------------------------------------------------------------
+
+    def read(self, offset: int, size: int) -> memoryview:
+        """Zero-copy view of ``size`` bytes at commit log ``offset``, within one segment's written part.
+
+        Raises :class:`OffsetOutOfRangeError` otherwise.
+        """
+        mapped_file = self.mapped_file_queue.find_mapped_file_by_offset(offset)
+        if mapped_file is None:
+            raise OffsetOutOfRangeError(
+                f"commit log offset {offset} is outside [{self.min_offset}, {self.max_offset})"
+            )
+        return mapped_file.read(offset - mapped_file.file_from_offset, size)
+
+    def read_record(self, offset: int, *, check_crc: bool = False) -> StoredRecord:
+        """Decode the record at ``offset`` (body as a memoryview slice, no copy).
+
+        Raises :class:`OffsetOutOfRangeError` outside the written data and :class:`CorruptRecordError` when no
+        valid record starts there.
+        """
+        mapped_file = self.mapped_file_queue.find_mapped_file_by_offset(offset)
+        if mapped_file is None or offset - mapped_file.file_from_offset >= mapped_file.wrote_position:
+            raise OffsetOutOfRangeError(
+                f"commit log offset {offset} is outside [{self.min_offset}, {self.max_offset})"
+            )
+        position = offset - mapped_file.file_from_offset
+        try:
+            return decode_record(
+                mapped_file.buffer, position, mapped_file.wrote_position, check_crc=check_crc
+            )
+        except CorruptRecordError as exc:
+            raise CorruptRecordError(f"commit log offset {offset}: {exc}", offset=offset) from None
+
+    # -- flush -----------------------------------------------------------------------------------------------
+
+    def flush(self, least_pages: int = 0) -> int:
+        """fdatasync what was written (see :meth:`MappedFileQueue.flush`); returns the flushed offset.
+        Blocking."""
+        return self.mapped_file_queue.flush(least_pages)
+
+    # -- recovery --------------------------------------------------------------------------------------------
+
+    def recovery_start_offset(self, files_back: int = 3) -> int:
+        """Start of the ``files_back``-th last segment (RocketMQ 4.9 normal recovery: the third-last), 0 if
+        none."""
+        files = self.mapped_file_queue.mapped_files
+        if not files:
+            return 0
+        return files[max(0, len(files) - files_back)].file_from_offset
+
+    def find_valid_end(
+        self, from_offset: int, *, check_crc: bool = True, require_prop_crc: bool = False
+    ) -> int:
+        """Scan records from ``from_offset`` (a record boundary) and return the end of the last valid one.
+
+        Follows RocketMQ ``recoverNormally``: a valid record advances the scan, the blank record moves it to
+        the next segment, anything else (zeros, bad magic, torn size, CRC or length mismatch) ends the valid
+        data. Never raises on bad bytes. Returns ``from_offset`` clamped into the files' range when nothing is
+        valid.
+        """
+        queue = self.mapped_file_queue
+        files = queue.mapped_files
+        if not files:
+            return 0
+        offset = min(max(from_offset, files[0].file_from_offset), files[-1].end_offset)
+        mapped_file = queue.find_mapped_file_by_offset(offset)
+        while mapped_file is not None:
+            position = offset - mapped_file.file_from_offset
+            buf = mapped_file.buffer
+            limit = mapped_file.file_size
+            while position < limit:
+                status, size = check_record(
+                    buf, position, limit, check_crc=check_crc, require_prop_crc=require_prop_crc
+                )
+                if status is CheckStatus.VALID:
+                    position += size
+                elif status is CheckStatus.END_OF_FILE:
+                    position = limit
+                else:
+                    if status is not CheckStatus.NO_DATA:
+                        log.warning(
+                            "commit log: %s at offset %d ends the valid data",
+                            status.value,
+                            mapped_file.file_from_offset + position,
+                        )
+                    return mapped_file.file_from_offset + position
+            offset = mapped_file.end_offset
+            mapped_file = queue.find_mapped_file_by_offset(offset)
+        return offset
+
+    def iter_records(self, from_offset: int, to_offset: int) -> Iterator[StoredRecord]:
+        """Decode every record in ``[from_offset, to_offset)`` (boundaries of already validated data),
+        skipping blank records. Raises :class:`CorruptRecordError` on a record that does not decode.
+        """
+        queue = self.mapped_file_queue
+        offset = from_offset
+        while offset < to_offset:
+            mapped_file = queue.find_mapped_file_by_offset(offset)
+            if mapped_file is None:
+                raise OffsetOutOfRangeError(f"commit log offset {offset} has no segment file")
+            position = offset - mapped_file.file_from_offset
+            status, size = check_record(mapped_file.buffer, position, mapped_file.file_size, check_crc=False)
+            if status is CheckStatus.END_OF_FILE:
+                offset = mapped_file.end_offset
+                continue
+            if status is not CheckStatus.VALID:
+                raise CorruptRecordError(f"commit log offset {offset}: {status.value}", offset=offset)
+            yield decode_record(mapped_file.buffer, position, mapped_file.file_size)
+            offset += size
+
+    def truncate_dirty_files(self, offset: int) -> None:
+        """Cut the log at ``offset`` (end of the valid data): later files deleted, the tail zeroed.
+        Blocking."""
+        self.mapped_file_queue.truncate_dirty_files(offset)
+
+    def destroy(self) -> None:
+        self.mapped_file_queue.destroy()
+
+    def close(self) -> None:
+        self.mapped_file_queue.close()

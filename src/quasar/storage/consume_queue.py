@@ -1,0 +1,322 @@
+"""ConsumeQueue: the per (topic, queue id) index of commit log records (RocketMQ ``ConsumeQueue``).
+
+One 20-byte, big-endian unit per record (semantics.md A3, ``CQ_STORE_UNIT_SIZE = 20``)::
+
+    +---------------------------+-----------+-------------------------+
+    | commit log offset (i64)   | size (i32)| tag hash (i64)          |
+    +---------------------------+-----------+-------------------------+
+    0                           8           12                        20
+
+Unit *n* (queue offset *n*) sits at logical byte ``n * 20``; the files hold ``consume_queue_file_size`` bytes
+(a multiple of 20) and are named by their 20-digit start byte offset, in
+``<root>/consumequeue/<topic dir>/<queue id>/``. The topic directory is the topic percent-encoded (every byte
+outside ``[A-Za-z0-9_-]`` becomes ``%XX``, so ``/``, ``:`` and ``.`` never reach the file system); a name
+whose encoding passes 200 bytes is stored as ``~<sha256 hex>`` with the topic in a ``TOPIC`` file inside.
+
+Pre-blank units (offset 0, size 2^31-1, tag 0, RocketMQ ``fillPreBlank``) fill a first file when a queue
+starts at a non-zero queue offset. Consume queues are derived data: recovery rebuilds them from the commit
+log.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import struct
+from pathlib import Path
+from typing import NamedTuple
+from urllib.parse import quote, unquote
+
+from quasar.storage.errors import ConsumeQueueGapError, StoreLoadError
+from quasar.storage.mapped_file import MappedFile, fsync_dir
+from quasar.storage.mapped_file_queue import MappedFileQueue
+
+log = logging.getLogger(__name__)
+
+UNIT = struct.Struct(">qiq")
+"""commit log offset (i64), size (i32), tag hash (i64): 20 bytes."""
+CQ_STORE_UNIT_SIZE = 20
+MSG_TAG_OFFSET_INDEX = 12
+PRE_BLANK_SIZE = 0x7FFFFFFF
+"""Size field of a pre-blank filler unit (``Integer.MAX_VALUE``)."""
+
+TOPIC_FILE_NAME = "TOPIC"
+_MAX_ENCODED_TOPIC_LENGTH = 200
+_HASHED_PREFIX = "~"
+
+
+def encode_topic_dir(topic: str) -> str:
+    """Reversible, file-system-safe directory name for a topic (see the module docstring)."""
+    if not topic:
+        raise ValueError("empty topic name")
+    encoded = quote(topic, safe="").replace(".", "%2E").replace("~", "%7E")
+    if len(encoded) > _MAX_ENCODED_TOPIC_LENGTH:
+        return _HASHED_PREFIX + hashlib.sha256(topic.encode()).hexdigest()
+    return encoded
+
+
+def decode_topic_dir(path: Path) -> str:
+    """The topic a directory made by :func:`encode_topic_dir` belongs to (reads ``TOPIC`` for hashed
+    names)."""
+    name = path.name
+    if name.startswith(_HASHED_PREFIX):
+        try:
+            return (path / TOPIC_FILE_NAME).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise StoreLoadError(
+                f"{path}: hashed topic directory without a readable TOPIC file: {exc}"
+            ) from None
+    return unquote(name, errors="strict")
+
+
+class ConsumeQueueUnit(NamedTuple):
+    commit_log_offset: int
+    size: int
+    tag_hash: int
+
+
+class ConsumeQueue:
+    """The consume queue of ``(topic, queue_id)`` under ``root`` (the ``consumequeue`` directory)."""
+
+    def __init__(self, root: Path, topic: str, queue_id: int, mapped_file_size: int) -> None:
+        if mapped_file_size <= 0 or mapped_file_size % CQ_STORE_UNIT_SIZE:
+            raise ValueError(f"consume queue file size must be a positive multiple of 20: {mapped_file_size}")
+        self.root = root
+        self.topic = topic
+        self.queue_id = queue_id
+        self.topic_path = root / encode_topic_dir(topic)
+        self.mapped_file_queue = MappedFileQueue(self.topic_path / str(queue_id), mapped_file_size)
+        self.mapped_file_size = mapped_file_size
+        self.min_logic_offset = 0
+        """Byte offset of the first real (non pre-blank) unit."""
+        self.max_physic_offset = 0
+        """End (offset + size) of the commit log record of the last unit."""
+        self._dirs_need_sync = False
+
+    def __repr__(self) -> str:
+        return f"ConsumeQueue({self.topic!r}, {self.queue_id}, min={self.min_offset}, max={self.max_offset})"
+
+    # -- offsets ---------------------------------------------------------------------------------------------
+
+    @property
+    def max_offset(self) -> int:
+        """The next queue offset to write (RocketMQ ``getMaxOffsetInQueue``)."""
+        return self.mapped_file_queue.max_offset // CQ_STORE_UNIT_SIZE
+
+    @property
+    def min_offset(self) -> int:
+        """The first queue offset still held (RocketMQ ``getMinOffsetInQueue``)."""
+        return self.min_logic_offset // CQ_STORE_UNIT_SIZE
+
+    # -- read ------------------------------------------------------------------------------------------------
+
+    def get_unit(self, queue_offset: int) -> ConsumeQueueUnit | None:
+        """The unit at ``queue_offset``, or None outside ``[min_offset, max_offset)`` or in a missing file."""
+        if not self.min_offset <= queue_offset < self.max_offset:
+            return None
+        position = queue_offset * CQ_STORE_UNIT_SIZE
+        mapped_file = self.mapped_file_queue.find_mapped_file_by_offset(position)
+        if mapped_file is None:
+            return None
+        return ConsumeQueueUnit(
+            *UNIT.unpack_from(mapped_file.buffer, position - mapped_file.file_from_offset)
+        )
+
+    def read_units(self, queue_offset: int, max_count: int) -> memoryview | None:
+        """Zero-copy view of up to ``max_count`` consecutive units from ``queue_offset``, all in one file (the
+        caller continues in the next file with another call). None when the offset is not held.
+        """
+        if not self.min_offset <= queue_offset < self.max_offset or max_count <= 0:
+            return None
+        position = queue_offset * CQ_STORE_UNIT_SIZE
+        mapped_file = self.mapped_file_queue.find_mapped_file_by_offset(position)
+        if mapped_file is None:
+            return None
+        start = position - mapped_file.file_from_offset
+        end = min(mapped_file.wrote_position, start + max_count * CQ_STORE_UNIT_SIZE)
+        return mapped_file.buffer[start:end]
+
+    def next_file_queue_offset(self, queue_offset: int) -> int:
+        """First queue offset of the file after the one holding ``queue_offset`` (RocketMQ
+        ``rollNextFile``)."""
+        units_per_file = self.mapped_file_size // CQ_STORE_UNIT_SIZE
+        return queue_offset + units_per_file - queue_offset % units_per_file
+
+    # -- write -----------------------------------------------------------------------------------------------
+
+    def put_unit(
+        self,
+        queue_offset: int,
+        commit_log_offset: int,
+        size: int,
+        tag_hash: int,
+        *,
+        allow_pre_blank: bool = True,
+    ) -> bool:
+        """Write the unit for ``queue_offset``; False (and nothing written) when it already exists.
+
+        Re-dispatch is idempotent this way (RocketMQ "build consume queue repeatedly" is skipped). An empty
+        queue may start past 0 with a pre-blank fill when ``allow_pre_blank``. Raises
+        :class:`ConsumeQueueGapError` when ``queue_offset`` is past the end of a non-empty queue (or of an
+        empty one without ``allow_pre_blank``), OSError when a file cannot be created.
+        """
+        expected = queue_offset * CQ_STORE_UNIT_SIZE
+        queue = self.mapped_file_queue
+        current = queue.max_offset
+        if expected < current:
+            return False
+        if expected > current:
+            if current > self.min_logic_offset or not allow_pre_blank:
+                raise ConsumeQueueGapError(
+                    f"consume queue {self.topic!r}/{self.queue_id}: unit {queue_offset} would follow queue "
+                    f"offset {current // CQ_STORE_UNIT_SIZE}",
+                    expected_queue_offset=current // CQ_STORE_UNIT_SIZE,
+                    queue_offset=queue_offset,
+                )
+            self._start_at(expected)
+        mapped_file = queue.last_mapped_file
+        if mapped_file is None or mapped_file.is_full():
+            mapped_file = self._next_file(expected)
+        position = mapped_file.wrote_position
+        UNIT.pack_into(mapped_file.buffer, position, commit_log_offset, size, tag_hash)
+        mapped_file.wrote_position = mapped_file.committed_position = position + CQ_STORE_UNIT_SIZE
+        self.max_physic_offset = commit_log_offset + size
+        return True
+
+    def _next_file(self, start_offset: int) -> MappedFile:
+        queue = self.mapped_file_queue
+        if not queue.mapped_files:
+            self._ensure_dirs()
+        mapped_file = queue.get_last_mapped_file(start_offset)
+        assert mapped_file is not None
+        return mapped_file
+
+    def _start_at(self, expected: int) -> None:
+        """Restart an empty queue at byte offset ``expected``, pre-blank filling its first file."""
+        queue = self.mapped_file_queue
+        if queue.mapped_files:
+            queue.destroy()
+        mapped_file = self._next_file(expected)
+        buffer = mapped_file.buffer
+        for position in range(0, expected - mapped_file.file_from_offset, CQ_STORE_UNIT_SIZE):
+            UNIT.pack_into(buffer, position, 0, PRE_BLANK_SIZE, 0)
+        mapped_file.wrote_position = mapped_file.committed_position = expected - mapped_file.file_from_offset
+        self.min_logic_offset = expected
+
+    def _ensure_dirs(self) -> None:
+        if self.mapped_file_queue.store_path.is_dir():
+            return
+        self.mapped_file_queue.store_path.mkdir(parents=True, exist_ok=True)
+        if self.topic_path.name.startswith(_HASHED_PREFIX):
+            topic_file = self.topic_path / TOPIC_FILE_NAME
+            if not topic_file.exists():
+                topic_file.write_text(self.topic, encoding="utf-8")
+        self._dirs_need_sync = True
+
+    # -- load / recover --------------------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Map the existing files (blocking). Raises :class:`StoreLoadError` on inconsistent files."""
+        self.mapped_file_queue.load()
+
+    def recover(self) -> None:
+        """Find the end of the valid units and cut there (RocketMQ ``ConsumeQueue.recover``). Blocking.
+
+        Scans from the third-last file while ``offset >= 0 and size > 0``; the first failing unit ends the
+        data. Also sets ``min_offset`` (skipping pre-blank units) and ``max_physic_offset``.
+        """
+        queue = self.mapped_file_queue
+        files = queue.mapped_files
+        if not files:
+            return
+        end = files[max(0, len(files) - 3)].file_from_offset
+        for mapped_file in files[max(0, len(files) - 3) :]:
+            valid = 0
+            for commit_log_offset, size, _ in UNIT.iter_unpack(mapped_file.buffer):
+                if commit_log_offset < 0 or size <= 0:
+                    break
+                valid += CQ_STORE_UNIT_SIZE
+            end = mapped_file.file_from_offset + valid
+            if valid < mapped_file.file_size:
+                break
+        queue.truncate_dirty_files(end)
+        first = queue.first_mapped_file
+        self.min_logic_offset = first.file_from_offset if first is not None else 0
+        if first is not None:
+            buffer = first.buffer
+            while self.min_logic_offset < queue.max_offset:
+                position = self.min_logic_offset - first.file_from_offset
+                if (
+                    position >= first.wrote_position
+                    or UNIT.unpack_from(buffer, position)[1] != PRE_BLANK_SIZE
+                ):
+                    break
+                self.min_logic_offset += CQ_STORE_UNIT_SIZE
+        self._update_max_physic_offset()
+
+    def _update_max_physic_offset(self) -> None:
+        last = self.get_unit(self.max_offset - 1) if self.max_offset > self.min_offset else None
+        self.max_physic_offset = last.commit_log_offset + last.size if last is not None else 0
+
+    def truncate_dirty(self, commit_log_offset: int) -> None:
+        """Drop the units of records at or past ``commit_log_offset`` (RocketMQ ``truncateDirtyLogicFiles``).
+
+        Units are ordered by commit log offset, so the first dirty unit is found by binary search. Blocking.
+        """
+        if self.max_physic_offset <= commit_log_offset:
+            return
+        low = self.first_unit_at_or_past(commit_log_offset)
+        if low == self.max_offset:
+            return
+        log.info("consume queue %s/%d: truncating from queue offset %d", self.topic, self.queue_id, low)
+        self.mapped_file_queue.truncate_dirty_files(low * CQ_STORE_UNIT_SIZE)
+        self._update_max_physic_offset()
+
+    def first_unit_at_or_past(self, commit_log_offset: int) -> int:
+        """The first queue offset whose record starts at or past ``commit_log_offset`` (``max_offset`` if none).
+
+        Units are ordered by commit log offset, so this is a binary search over ``[min_offset, max_offset)``.
+        """
+        low, high = self.min_offset, self.max_offset
+        while low < high:
+            middle = (low + high) // 2
+            unit = self.get_unit(middle)
+            if unit is not None and unit.commit_log_offset < commit_log_offset:
+                low = middle + 1
+            else:
+                high = middle
+        return low
+
+    def count_units_below(self, commit_log_offset: int) -> int:
+        """How many units (pre-blank excluded) belong to records starting below ``commit_log_offset``."""
+        return self.first_unit_at_or_past(commit_log_offset) - self.min_offset
+
+    # -- flush / close ---------------------------------------------------------------------------------------
+
+    def flush(self, least_pages: int = 0) -> int:
+        """fdatasync dirty files (and fsync newly created directories); return the flushed byte offset.
+        Blocking."""
+        flushed = self.mapped_file_queue.flush(least_pages)
+        if self._dirs_need_sync:
+            fsync_dir(self.topic_path)
+            fsync_dir(self.root)
+            self._dirs_need_sync = False
+        return flushed
+
+    def has_dirty_data(self) -> bool:
+        return self.mapped_file_queue.has_dirty_data()
+
+    def destroy(self) -> None:
+        """Delete this queue's files and directory, and the topic directory once it holds no queue
+        (blocking)."""
+        self.mapped_file_queue.destroy()
+        queue_dir = self.mapped_file_queue.store_path
+        if queue_dir.is_dir():
+            queue_dir.rmdir()
+        if self.topic_path.is_dir() and all(p.name == TOPIC_FILE_NAME for p in self.topic_path.iterdir()):
+            (self.topic_path / TOPIC_FILE_NAME).unlink(missing_ok=True)
+            self.topic_path.rmdir()
+        self.min_logic_offset = self.max_physic_offset = 0
+
+    def close(self) -> None:
+        self.mapped_file_queue.close()

@@ -1,0 +1,81 @@
+"""The storage layer's exception tree.
+
+Expected outcomes on the hot path (segment full, message too big, flush timeout, "no message at that offset")
+are *values* (``AppendMessageStatus``, ``PutStatus``, ``GetStatus`` in :mod:`quasar.storage.status`), as in
+RocketMQ. Exceptions are for broken invariants, bad arguments and API misuse::
+
+    QuasarError                          quasar.errors
+    └── StorageError                     any storage failure
+        ├── CorruptRecordError           bytes at a commit log offset are not a valid record
+        ├── StoreLoadError               files on disk do not match the configuration (size, name, gaps)
+        │   └── StoreLockedError         another MessageStore holds <root>/lock
+        ├── ConsumeQueueGapError         a consume queue unit would skip queue offsets
+        ├── OffsetOutOfRangeError        a read outside the written part of the commit log / consume queue
+        ├── StoreClosedError             the store (or metadata store) is not open
+        ├── StoreNotWritableError        an earlier I/O failure made the store refuse writes
+        ├── DiskFullError                no space left for a new segment (reserved for the disk guard)
+        ├── InvalidMessageError          a put argument cannot be encoded (also a ValueError)
+        └── MetadataError                the SQLite metadata store failed
+            └── InvalidMetadataError     a key that is not a non-empty str, or a non-JSON value (ValueError)
+"""
+
+from __future__ import annotations
+
+from quasar.errors import QuasarError
+
+
+class StorageError(QuasarError):
+    """Root of every exception raised by :mod:`quasar.storage`."""
+
+
+class CorruptRecordError(StorageError):
+    """The bytes at ``offset`` are not a valid commit log record (bad magic, size or CRC)."""
+
+    def __init__(self, message: str, *, offset: int | None = None) -> None:
+        super().__init__(message)
+        self.offset = offset
+
+
+class StoreLoadError(StorageError):
+    """Files found on disk do not fit the configuration: wrong size, bad name, or a gap between segments."""
+
+
+class StoreLockedError(StoreLoadError):
+    """``<root>/lock`` is held by another open MessageStore (in this or another process)."""
+
+
+class ConsumeQueueGapError(StorageError):
+    """A consume queue unit was dispatched past the queue's end: queue offsets would not be continuous."""
+
+    def __init__(self, message: str, *, expected_queue_offset: int, queue_offset: int) -> None:
+        super().__init__(message)
+        self.expected_queue_offset = expected_queue_offset
+        self.queue_offset = queue_offset
+
+
+class OffsetOutOfRangeError(StorageError):
+    """A read asked for bytes outside the written part of the commit log or a consume queue."""
+
+
+class StoreClosedError(StorageError):
+    """The store is not open (never opened, or already closed)."""
+
+
+class StoreNotWritableError(StorageError):
+    """An earlier I/O failure (fsync, file creation, dispatch) made the store refuse further writes."""
+
+
+class DiskFullError(StorageError):
+    """No space is left for a new segment file (raised by the disk guard, a later issue)."""
+
+
+class InvalidMessageError(StorageError, ValueError):
+    """A put argument cannot be encoded into a record (e.g. a property name containing 0x01 or 0x02)."""
+
+
+class MetadataError(StorageError):
+    """The metadata store failed (SQLite error, or a stored value that is not valid JSON)."""
+
+
+class InvalidMetadataError(MetadataError, ValueError):
+    """A metadata key is not a non-empty str, or a value cannot be encoded as JSON."""

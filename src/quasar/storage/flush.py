@@ -1,0 +1,269 @@
+"""Flush services: when the commit log and the consume queues reach the disk (RocketMQ ``CommitLog`` inner
+``GroupCommitService`` / ``FlushRealTimeService`` and ``DefaultMessageStore.FlushConsumeQueueService``; A7).
+
+- ``SYNC_FLUSH`` (Quasar's default): :class:`GroupCommitService`. The event loop appends records and submits a
+  request "flushed up to offset X" per put; a thread fdatasyncs the commit log once for everything written so
+  far, then posts the flushed offset back with ONE ``loop.call_soon_threadsafe`` per flush round, and the loop
+  releases every waiter the offset covers. Many appends, one fsync. A waiter whose deadline
+  (``sync_flush_timeout_ms``) passes gets ``FLUSH_DISK_TIMEOUT``. All waiters are resolved on the loop thread
+  in submission order, so they complete in commit log offset order.
+- ``ASYNC_FLUSH``: :class:`PeriodicFlushService` fdatasyncs every ``flush_interval_ms`` when at least
+  ``flush_least_pages`` pages are dirty, and thoroughly (any dirty byte) every 10 s; puts are PUT_OK at once.
+- Consume queues are derived data: a :class:`PeriodicFlushService` flushes them every second and thoroughly
+  every minute, writing the checkpoint on thorough rounds.
+
+fsync never runs on the event loop thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import enum
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from quasar.storage.status import PutStatus
+
+log = logging.getLogger(__name__)
+
+GROUP_COMMIT_WAIT_S = 0.010
+"""The group commit thread wakes at least every 10 ms (RocketMQ ``GroupCommitService.run``)."""
+FLUSH_THOROUGH_INTERVAL_S = 10.0
+"""RocketMQ ``flushCommitLogThoroughInterval``: an async flush of any amount at least every 10 s."""
+
+
+class FlushDiskType(enum.Enum):
+    """RocketMQ ``FlushDiskType``. Quasar defaults to SYNC_FLUSH: a receipt means the entry is on disk."""
+
+    SYNC_FLUSH = "SYNC_FLUSH"
+    ASYNC_FLUSH = "ASYNC_FLUSH"
+
+
+class _ServiceThread:
+    """A named daemon thread with a stop event and a wake-up event (RocketMQ ``ServiceThread``).
+
+    An exception escaping ``run`` is logged and handed to ``on_error``; it never dies silently.
+    """
+
+    def __init__(self, name: str, on_error: Callable[[BaseException], None]) -> None:
+        self.name = name
+        self._on_error = on_error
+        self._stopped = threading.Event()
+        self._wakeup = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is not None:
+            raise RuntimeError(f"{self.name} already started")
+        self._thread = threading.Thread(target=self._main, name=self.name, daemon=True)
+        self._thread.start()
+
+    def wakeup(self) -> None:
+        if not self._wakeup.is_set():
+            self._wakeup.set()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def shutdown(self, timeout_s: float = 30.0) -> None:
+        """Stop the thread and wait for it (blocking: call it off the event loop)."""
+        self._stopped.set()
+        self._wakeup.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout_s)
+            if thread.is_alive():
+                log.error("%s did not stop within %.0f s", self.name, timeout_s)
+
+    def _main(self) -> None:
+        try:
+            self.run()
+        except BaseException as exc:
+            log.exception("%s failed", self.name)
+            self._on_error(exc)
+
+    def run(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+
+class GroupCommitService(_ServiceThread):
+    """SYNC_FLUSH group commit. ``flush()`` fdatasyncs the commit log and returns the flushed offset;
+    ``has_dirty_data()`` says whether anything was written past it.
+
+    Loop side (:meth:`submit`, the expiry timer, the flushed callback) runs on the event loop passed to
+    :meth:`start`; only the thread calls ``flush``. After a failed flush every pending and later waiter gets
+    ``UNKNOWN_ERROR`` and the thread stops (``on_error`` is told, so the store can refuse writes).
+    """
+
+    def __init__(
+        self,
+        flush: Callable[[], int],
+        has_dirty_data: Callable[[], bool],
+        *,
+        sync_flush_timeout_ms: int,
+        on_error: Callable[[BaseException], None],
+        name: str = "quasar-group-commit",
+    ) -> None:
+        super().__init__(name, on_error)
+        self._flush = flush
+        self._has_dirty_data = has_dirty_data
+        self._timeout_s = sync_flush_timeout_ms / 1000
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._requests: collections.deque[tuple[int, float, asyncio.Future[PutStatus]]] = collections.deque()
+        self._timer: asyncio.TimerHandle | None = None
+        self._flushed_offset = 0
+        """Highest flushed offset the loop has been told about (loop thread only)."""
+        self._failed = False
+        self.flush_rounds = 0
+        """Number of fdatasync rounds so far (statistics)."""
+
+    def start_on(self, loop: asyncio.AbstractEventLoop, flushed_offset: int) -> None:
+        """Bind to ``loop`` (where waiters live) and start the thread; ``flushed_offset`` is already
+        durable."""
+        self._loop = loop
+        self._flushed_offset = flushed_offset
+        self.start()
+
+    # -- loop thread -----------------------------------------------------------------------------------------
+
+    def submit(self, next_offset: int) -> asyncio.Future[PutStatus]:
+        """A future resolved with PUT_OK once an fdatasync covers ``next_offset`` (the end of the record),
+        with FLUSH_DISK_TIMEOUT after ``sync_flush_timeout_ms``, or UNKNOWN_ERROR after a failed flush. Loop
+        thread only.
+        """
+        loop = self._loop
+        if loop is None:
+            raise RuntimeError("group commit service not started")
+        future: asyncio.Future[PutStatus] = loop.create_future()
+        if self._failed:
+            future.set_result(PutStatus.UNKNOWN_ERROR)
+        elif next_offset <= self._flushed_offset:
+            future.set_result(PutStatus.PUT_OK)
+        else:
+            deadline = loop.time() + self._timeout_s
+            self._requests.append((next_offset, deadline, future))
+            if self._timer is None:
+                self._timer = loop.call_at(deadline, self._expire)
+            self.wakeup()
+        return future
+
+    def _on_flushed(self, flushed_offset: int) -> None:
+        if flushed_offset > self._flushed_offset:
+            self._flushed_offset = flushed_offset
+        requests = self._requests
+        while requests and requests[0][0] <= flushed_offset:
+            future = requests.popleft()[2]
+            if not future.done():
+                future.set_result(PutStatus.PUT_OK)
+
+    def _expire(self) -> None:
+        loop = self._loop
+        assert loop is not None
+        now = loop.time()
+        requests = self._requests
+        while requests and requests[0][1] <= now:
+            future = requests.popleft()[2]
+            if not future.done():
+                future.set_result(PutStatus.FLUSH_DISK_TIMEOUT)
+        self._timer = loop.call_at(requests[0][1], self._expire) if requests else None
+
+    def _on_failed(self) -> None:
+        self._failed = True
+        self._fail_all(PutStatus.UNKNOWN_ERROR)
+
+    def _fail_all(self, status: PutStatus) -> None:
+        while self._requests:
+            future = self._requests.popleft()[2]
+            if not future.done():
+                future.set_result(status)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def finish(self, flushed_offset: int) -> None:
+        """At close, on the loop thread after the final flush: release covered waiters, fail the rest with
+        SERVICE_NOT_AVAILABLE (nothing is left uncovered after a successful final flush)."""
+        self._on_flushed(flushed_offset)
+        self._fail_all(PutStatus.SERVICE_NOT_AVAILABLE)
+
+    @property
+    def pending(self) -> int:
+        """Waiters not resolved yet."""
+        return len(self._requests)
+
+    # -- flush thread ----------------------------------------------------------------------------------------
+
+    def _post(self, callback: Callable[..., None], *args: object) -> None:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            loop.call_soon_threadsafe(callback, *args)
+        except RuntimeError:  # the loop closed meanwhile
+            pass
+
+    def run(self) -> None:
+        posted = -1
+        while not self._stopped.is_set():
+            self._wakeup.wait(GROUP_COMMIT_WAIT_S)
+            self._wakeup.clear()
+            if not self._has_dirty_data() and posted >= 0:
+                continue
+            try:
+                flushed = self._flush()
+            except Exception as exc:
+                log.error("group commit: fdatasync failed, refusing further writes: %r", exc)
+                self._post(self._on_failed)
+                self._on_error(exc)
+                return
+            self.flush_rounds += 1
+            if flushed != posted:
+                posted = flushed
+                self._post(self._on_flushed, flushed)
+
+
+class PeriodicFlushService(_ServiceThread):
+    """Calls ``action(least_pages)`` every ``interval_ms`` and with ``least_pages=0`` ("thorough") at least
+    every ``thorough_interval_ms`` (RocketMQ ``FlushRealTimeService`` / ``FlushConsumeQueueService``). An
+    OSError from the action (any exception) is logged and reported to ``on_error``, and the service stops.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        action: Callable[[int], object],
+        *,
+        interval_ms: int,
+        least_pages: int,
+        thorough_interval_ms: int,
+        on_error: Callable[[BaseException], None],
+    ) -> None:
+        super().__init__(name, on_error)
+        self._action = action
+        self._interval_s = interval_ms / 1000
+        self._least_pages = least_pages
+        self._thorough_interval_s = thorough_interval_ms / 1000
+        self.flush_rounds = 0
+
+    def run(self) -> None:
+        last_thorough = time.monotonic()
+        while not self._stopped.is_set():
+            self._stopped.wait(self._interval_s)
+            if self._stopped.is_set():
+                return
+            least_pages = self._least_pages
+            now = time.monotonic()
+            if now - last_thorough >= self._thorough_interval_s:
+                least_pages = 0
+                last_thorough = now
+            try:
+                self._action(least_pages)
+            except Exception as exc:
+                log.error("%s: flush failed, refusing further writes: %r", self.name, exc)
+                self._on_error(exc)
+                return
+            self.flush_rounds += 1

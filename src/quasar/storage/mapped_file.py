@@ -1,0 +1,228 @@
+"""MappedFile: one fixed-size segment file written through ``mmap`` (RocketMQ ``logfile/DefaultMappedFile``).
+
+A segment is named by its 20-digit, zero-padded start offset (``00000000001073741824``; RocketMQ
+``UtilAll.offset2FileName``) and created at its full size (a sparse file: unwritten bytes read as zero).
+
+Positions, relative to the file start, in bytes:
+
+- ``wrote_position``: end of the bytes written into the mapping. Only the writer (the event loop thread) moves
+  it,
+  after the bytes are in place, so any reader sees it on a record boundary.
+- ``committed_position``: equal to ``wrote_position`` (no transient store pool yet).
+- ``flushed_position``: end of the bytes covered by an ``fdatasync`` of the file.
+
+:meth:`MappedFile.flush` runs ``os.fdatasync`` (which releases the GIL) and is meant for a flush thread while
+the loop thread keeps appending: the position sampled *before* the sync becomes the flushed position.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import mmap
+import os
+from pathlib import Path
+
+from quasar.storage.errors import OffsetOutOfRangeError, StoreLoadError
+
+log = logging.getLogger(__name__)
+
+OS_PAGE_SIZE = 4096
+"""RocketMQ ``MappedFile.OS_PAGE_SIZE``: the unit of ``flush_least_pages``."""
+
+FILE_NAME_LENGTH = 20
+
+fdatasync = getattr(os, "fdatasync", os.fsync)
+"""The durability syscall (module attribute so tests can count calls)."""
+
+
+def offset_to_file_name(offset: int) -> str:
+    """``1073741824`` -> ``"00000000001073741824"`` (RocketMQ ``UtilAll.offset2FileName``)."""
+    if offset < 0:
+        raise ValueError(f"negative file offset: {offset}")
+    return f"{offset:020d}"
+
+
+def file_name_to_offset(name: str) -> int:
+    """Inverse of :func:`offset_to_file_name`; raises :class:`StoreLoadError` for any other name."""
+    if len(name) != FILE_NAME_LENGTH or not name.isascii() or not name.isdigit():
+        raise StoreLoadError(f"not a segment file name (20 digits expected): {name!r}")
+    return int(name)
+
+
+def fsync_dir(path: Path) -> None:
+    """fsync a directory so that entries created or removed in it survive a crash. Blocking."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class MappedFile:
+    """One segment file mapped read-write.
+
+    ``MappedFile(path, file_size, create=True)`` creates the file (it must not exist) at ``file_size`` bytes;
+    ``create=False`` opens an existing one and raises :class:`StoreLoadError` if its size differs, except
+    that ``extend_short=True`` grows a shorter file (a crash while creating the last segment) with zeros,
+    which recovery then reads as the end of the data. ``buffer`` is a writable memoryview over the whole
+    mapping: slices of it are handed out without copying.
+    """
+
+    __slots__ = (
+        "_fd",
+        "_mmap",
+        "buffer",
+        "committed_position",
+        "file_from_offset",
+        "file_size",
+        "flushed_position",
+        "needs_dir_sync",
+        "path",
+        "wrote_position",
+    )
+
+    def __init__(self, path: Path, file_size: int, *, create: bool, extend_short: bool = False) -> None:
+        self.path = path
+        self.file_size = file_size
+        self.file_from_offset = file_name_to_offset(path.name)
+        if file_size <= 0:
+            raise ValueError(f"file size must be positive: {file_size}")
+        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+        self._fd = os.open(path, flags, 0o644)
+        try:
+            if create:
+                os.ftruncate(self._fd, file_size)
+            else:
+                actual = os.fstat(self._fd).st_size
+                if actual < file_size and extend_short:
+                    log.warning("%s: %d bytes, extending to %d (torn last segment)", path, actual, file_size)
+                    os.ftruncate(self._fd, file_size)
+                    os.fsync(self._fd)
+                elif actual != file_size:
+                    raise StoreLoadError(
+                        f"{path}: size {actual} bytes does not match the configured {file_size} bytes"
+                    )
+            self._mmap = mmap.mmap(self._fd, file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except BaseException:
+            os.close(self._fd)
+            if create:
+                path.unlink(missing_ok=True)
+            raise
+        self.buffer = memoryview(self._mmap)
+        self.needs_dir_sync = create
+        self.wrote_position = 0
+        self.committed_position = 0
+        self.flushed_position = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"MappedFile({self.path.name}, wrote={self.wrote_position}, flushed={self.flushed_position}, "
+            f"size={self.file_size})"
+        )
+
+    @property
+    def file_name(self) -> str:
+        return self.path.name
+
+    @property
+    def end_offset(self) -> int:
+        """Offset just past this file: ``file_from_offset + file_size``."""
+        return self.file_from_offset + self.file_size
+
+    def is_full(self) -> bool:
+        return self.wrote_position >= self.file_size
+
+    def remaining(self) -> int:
+        """Bytes still free at the end of the file."""
+        return self.file_size - self.wrote_position
+
+    def set_positions(self, position: int) -> None:
+        """Set wrote, committed and flushed positions (load and recovery only)."""
+        self.wrote_position = self.committed_position = self.flushed_position = position
+
+    def read(self, position: int, size: int) -> memoryview:
+        """Zero-copy view of ``size`` bytes at ``position`` (relative to the file start) of the written part.
+
+        Raises :class:`OffsetOutOfRangeError` when the range is not entirely written.
+        """
+        if position < 0 or size < 0 or position + size > self.wrote_position:
+            raise OffsetOutOfRangeError(
+                f"{self.path.name}: [{position}, {position + size}) is outside the written "
+                f"[0, {self.wrote_position})"
+            )
+        return self.buffer[position : position + size]
+
+    def is_able_to_flush(self, least_pages: int) -> bool:
+        """RocketMQ ``isAbleToFlush``: full file, or ``least_pages`` dirty pages, or any dirty byte when 0."""
+        flushed = self.flushed_position
+        write = self.wrote_position
+        if write <= flushed:
+            return False
+        if write >= self.file_size or least_pages <= 0:
+            return True
+        return write // OS_PAGE_SIZE - flushed // OS_PAGE_SIZE >= least_pages
+
+    def flush(self, least_pages: int = 0) -> int:
+        """fdatasync the file if :meth:`is_able_to_flush`; return the flushed position. Blocking, GIL
+        released.
+
+        A newly created file also gets its directory fsynced once, so the file itself survives a crash.
+        Raises OSError when the sync fails (the caller decides what that means for durability).
+        """
+        if self.is_able_to_flush(least_pages):
+            position = self.wrote_position
+            fdatasync(self._fd)
+            if self.needs_dir_sync:
+                fsync_dir(self.path.parent)
+                self.needs_dir_sync = False
+            self.flushed_position = position
+        return self.flushed_position
+
+    def truncate_to(self, position: int) -> None:
+        """Forget everything from ``position`` on: the tail becomes zeros and the positions move back.
+        Blocking.
+
+        When the tail holds any data, the file is cut to ``position`` bytes and grown back, which turns the
+        tail into a hole (stale bytes of a torn write can never be mistaken for records later), then fsynced.
+        A tail that is already a hole (checked with ``SEEK_DATA``) is left alone. Recovery only: no view of
+        the tail may be in use.
+        """
+        if not 0 <= position <= self.file_size:
+            raise ValueError(f"truncate position {position} outside [0, {self.file_size}]")
+        if not self._tail_is_clean(position):
+            os.ftruncate(self._fd, position)
+            os.ftruncate(self._fd, self.file_size)
+            os.fsync(self._fd)
+        self.set_positions(position)
+
+    def _tail_is_clean(self, position: int) -> bool:
+        """True when every byte from ``position`` to the end is zero (partial page compared, rest a hole)."""
+        page_end = min(self.file_size, -(-position // OS_PAGE_SIZE) * OS_PAGE_SIZE)
+        if self.buffer[position:page_end] != bytes(page_end - position):
+            return False
+        if page_end >= self.file_size:
+            return True
+        try:
+            os.lseek(self._fd, page_end, os.SEEK_DATA)
+        except OSError as exc:
+            return exc.errno == errno.ENXIO  # ENXIO: no data past page_end
+        return False
+
+    def close(self) -> None:
+        """Unmap and close. A mapping still referenced by handed-out views stays alive until they are
+        freed."""
+        if self._fd < 0:
+            return
+        self.buffer.release()
+        try:
+            self._mmap.close()
+        except BufferError:
+            log.debug("%s: views still reference the mapping; it is unmapped when they are freed", self.path)
+        os.close(self._fd)
+        self._fd = -1
+
+    def destroy(self) -> None:
+        """Close and delete the file (the caller fsyncs the directory)."""
+        self.close()
+        self.path.unlink(missing_ok=True)

@@ -1,0 +1,197 @@
+"""MappedFileQueue: the ordered, contiguous list of segment files of one log (RocketMQ ``MappedFileQueue``).
+
+Files are named by their 20-digit start offset, all have the same size, and are contiguous: file *k* starts at
+``first.file_from_offset + k * mapped_file_size``, so finding the file for an offset is arithmetic (RocketMQ
+``findMappedFileByOffset``). A new file starts at ``last.file_from_offset + mapped_file_size`` or, when none
+exists, at ``start_offset - start_offset % mapped_file_size`` (``getLastMappedFile``).
+
+The list is replaced (copy-on-write), never mutated in place, so a flush thread can take a snapshot while the
+event loop thread rolls to a new file. This generic queue knows nothing of commit logs or consume queues.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from quasar.storage.errors import StoreLoadError
+from quasar.storage.mapped_file import MappedFile, file_name_to_offset, fsync_dir, offset_to_file_name
+
+log = logging.getLogger(__name__)
+
+
+class MappedFileQueue:
+    """Segment files of ``mapped_file_size`` bytes in ``store_path`` (created if missing)."""
+
+    def __init__(self, store_path: Path, mapped_file_size: int) -> None:
+        if mapped_file_size <= 0:
+            raise ValueError(f"mapped file size must be positive: {mapped_file_size}")
+        self.store_path = store_path
+        self.mapped_file_size = mapped_file_size
+        self._files: list[MappedFile] = []
+        self.flushed_where = 0
+        """Absolute offset up to which every file is fdatasynced."""
+
+    def __repr__(self) -> str:
+        return f"MappedFileQueue({self.store_path}, files={len(self._files)}, max_offset={self.max_offset})"
+
+    # -- load ------------------------------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Map every existing segment file; all are marked full until recovery sets the real end (blocking).
+
+        Raises :class:`StoreLoadError` for a file whose name is not 20 digits, whose size differs from
+        ``mapped_file_size`` (a shorter LAST file is extended with zeros instead: a crash while creating it),
+        whose start is not a multiple of it, or when the files are not contiguous.
+        """
+        if not self.store_path.is_dir():
+            return
+        names = sorted(p.name for p in self.store_path.iterdir())
+        files: list[MappedFile] = []
+        try:
+            for name in names:
+                start = file_name_to_offset(name)
+                if start % self.mapped_file_size:
+                    raise StoreLoadError(
+                        f"{self.store_path / name}: start offset is not a multiple of the file size"
+                    )
+                if files and files[-1].end_offset != start:
+                    raise StoreLoadError(
+                        f"{self.store_path}: gap between {files[-1].file_name} and {name} "
+                        "(missing segment files)"
+                    )
+                mapped_file = MappedFile(
+                    self.store_path / name,
+                    self.mapped_file_size,
+                    create=False,
+                    extend_short=name == names[-1],
+                )
+                mapped_file.set_positions(self.mapped_file_size)
+                files.append(mapped_file)
+        except BaseException:
+            for mapped_file in files:
+                mapped_file.close()
+            raise
+        self._files = files
+        self.flushed_where = files[-1].end_offset if files else 0
+
+    # -- lookup ----------------------------------------------------------------------------------------------
+
+    @property
+    def mapped_files(self) -> list[MappedFile]:
+        """A snapshot of the files, oldest first (do not mutate)."""
+        return self._files
+
+    @property
+    def first_mapped_file(self) -> MappedFile | None:
+        files = self._files
+        return files[0] if files else None
+
+    @property
+    def last_mapped_file(self) -> MappedFile | None:
+        files = self._files
+        return files[-1] if files else None
+
+    @property
+    def min_offset(self) -> int:
+        """Start offset of the first file, 0 when there is none."""
+        files = self._files
+        return files[0].file_from_offset if files else 0
+
+    @property
+    def max_offset(self) -> int:
+        """End of the written data: ``last.file_from_offset + last.wrote_position`` (0 when empty)."""
+        files = self._files
+        if not files:
+            return 0
+        last = files[-1]
+        return last.file_from_offset + last.wrote_position
+
+    def find_mapped_file_by_offset(self, offset: int) -> MappedFile | None:
+        """The file whose range ``[start, start + size)`` holds ``offset``, or None."""
+        files = self._files
+        if not files:
+            return None
+        index = (offset - files[0].file_from_offset) // self.mapped_file_size
+        if 0 <= index < len(files):
+            return files[index]
+        return None
+
+    def get_last_mapped_file(self, start_offset: int = 0, *, need_create: bool = True) -> MappedFile | None:
+        """The file to write into: the last one unless it is full, else a new one (created synchronously).
+
+        ``start_offset`` only matters when no file exists yet. Raises OSError when creating the file fails.
+        """
+        files = self._files
+        if files and not files[-1].is_full():
+            return files[-1]
+        if not need_create:
+            return files[-1] if files else None
+        size = self.mapped_file_size
+        create_offset = files[-1].end_offset if files else start_offset - start_offset % size
+        self.store_path.mkdir(parents=True, exist_ok=True)
+        mapped_file = MappedFile(
+            self.store_path / offset_to_file_name(create_offset), self.mapped_file_size, create=True
+        )
+        if not files:
+            self.flushed_where = create_offset
+        self._files = [*files, mapped_file]
+        return mapped_file
+
+    # -- flush -----------------------------------------------------------------------------------------------
+
+    def flush(self, least_pages: int = 0) -> int:
+        """fdatasync dirty files from ``flushed_where`` to the last one; return the new ``flushed_where``.
+
+        Blocking (GIL released during each sync): run it on a flush thread. A full file's ``least_pages``
+        threshold is waived (RocketMQ ``isAbleToFlush``). Raises OSError when a sync fails.
+        """
+        while True:
+            mapped_file = self.find_mapped_file_by_offset(self.flushed_where)
+            if mapped_file is None:
+                return self.flushed_where
+            position = mapped_file.flush(least_pages)
+            self.flushed_where = mapped_file.file_from_offset + position
+            if position < mapped_file.file_size:
+                return self.flushed_where
+
+    def has_dirty_data(self) -> bool:
+        """True when bytes were written past ``flushed_where``."""
+        return self.max_offset > self.flushed_where
+
+    # -- truncate / destroy ----------------------------------------------------------------------------------
+
+    def truncate_dirty_files(self, offset: int) -> None:
+        """Drop everything at and past ``offset``: files starting after it are deleted, the file holding it is
+        cut there (its tail zeroed); ``flushed_where`` becomes ``offset``. Blocking; recovery only.
+        """
+        kept: list[MappedFile] = []
+        removed = False
+        for mapped_file in self._files:
+            if mapped_file.end_offset <= offset:
+                kept.append(mapped_file)
+            elif mapped_file.file_from_offset <= offset:
+                mapped_file.truncate_to(offset - mapped_file.file_from_offset)
+                kept.append(mapped_file)
+            else:
+                log.info("deleting dirty segment %s past offset %d", mapped_file.path, offset)
+                mapped_file.destroy()
+                removed = True
+        if removed:
+            fsync_dir(self.store_path)
+        self._files = kept
+        self.flushed_where = offset
+
+    def destroy(self) -> None:
+        """Delete every file of this queue (blocking)."""
+        files, self._files = self._files, []
+        for mapped_file in files:
+            mapped_file.destroy()
+        if files and self.store_path.is_dir():
+            fsync_dir(self.store_path)
+        self.flushed_where = 0
+
+    def close(self) -> None:
+        """Unmap and close every file (no flush: call :meth:`flush` first)."""
+        for mapped_file in self._files:
+            mapped_file.close()

@@ -1,0 +1,594 @@
+"""MessageStore: the storage facade the managed ledger uses (RocketMQ ``DefaultMessageStore``, first cut).
+
+Layout under ``config.root_dir`` (semantics.md A2)::
+
+    commitlog/<20-digit start offset>                       CommitLog segments
+    consumequeue/<topic dir>/<queue id>/<20-digit offset>   ConsumeQueue files (20-byte units)
+    checkpoint                                              StoreCheckpoint (4 KiB)
+    abort                                                   present while open (unclean exit marker)
+    lock                                                    flock'ed while open (one store per directory)
+
+Life cycle: ``open()`` (blocking: load files, recover) -> ``await start()`` (flush threads bound to the
+running loop) -> ``put`` / ``wait_flushed`` / ``get`` on the loop thread -> ``await close()``.
+
+Write path: ``put`` assigns the queue's next queue offset, appends one record to the commit log (one memcpy of
+the body into the mapped segment) and dispatches it inline to every :class:`Dispatcher` (the consume queue
+builder first), so the unit exists when ``put`` returns. It does not wait for the disk: ``wait_flushed`` does
+(SYNC_FLUSH: the group commit's fdatasync; ASYNC_FLUSH: at once). Futures from ``wait_flushed`` complete in
+commit log offset order.
+
+Recovery at ``open()`` is :func:`quasar.storage.recovery.recover` (semantics.md A6).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import fcntl
+import logging
+import os
+import threading
+import time
+from collections.abc import Awaitable, Mapping
+
+from quasar.storage.checkpoint import StoreCheckpoint, create_abort_file, remove_abort_file
+from quasar.storage.commit_log import CommitLog
+from quasar.storage.config import StoreConfig
+from quasar.storage.consume_queue import UNIT
+from quasar.storage.dispatch import ConsumeQueueDispatcher, ConsumeQueueStore, Dispatcher, DispatchRequest
+from quasar.storage.errors import (
+    InvalidMessageError,
+    OffsetOutOfRangeError,
+    StoreClosedError,
+    StoreLockedError,
+    StoreNotWritableError,
+)
+from quasar.storage.flush import FlushDiskType, GroupCommitService, PeriodicFlushService
+from quasar.storage.mapped_file import fsync_dir
+from quasar.storage.record import (
+    MAX_INT,
+    MAX_TOPIC_LENGTH,
+    PROPERTY_KEYS,
+    PROPERTY_UNIQ_KEY,
+    encode_properties,
+    ipv4_host,
+)
+from quasar.storage.recovery import RecoveryResult, recover
+from quasar.storage.results import GetResult, PutResult, StoredMessage, StoreStatistics, decode_stored_message
+from quasar.storage.status import AppendMessageStatus, GetStatus, PutStatus
+
+__all__ = [
+    "FlushDiskType",
+    "GetResult",
+    "GetStatus",
+    "MessageStore",
+    "PutResult",
+    "PutStatus",
+    "StoreConfig",
+    "StoreStatistics",
+    "StoredMessage",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_GET_BYTES = 4 * 1024 * 1024
+_APPEND_TO_PUT = {
+    AppendMessageStatus.MESSAGE_SIZE_EXCEEDED: PutStatus.MESSAGE_ILLEGAL,
+    AppendMessageStatus.PROPERTIES_SIZE_EXCEEDED: PutStatus.PROPERTIES_SIZE_EXCEEDED,
+    AppendMessageStatus.CREATE_MAPPED_FILE_FAILED: PutStatus.CREATE_MAPPED_FILE_FAILED,
+}
+
+
+class _State:
+    NEW = "new"
+    OPEN = "open"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+class MessageStore:
+    """The RocketMQ-style store: one commit log, consume queues, checkpoint, flush services."""
+
+    def __init__(self, config: StoreConfig) -> None:
+        self.config = config
+        root = config.root_dir
+        self.commit_log = CommitLog(
+            root / "commitlog",
+            config.commit_log_file_size,
+            store_host=ipv4_host(*config.store_host),
+            append_prop_crc=config.enabled_append_prop_crc,
+        )
+        self.consume_queues = ConsumeQueueStore(root / "consumequeue", config.consume_queue_file_size)
+        self._consume_queue_dispatcher = ConsumeQueueDispatcher(self.consume_queues)
+        self.dispatchers: list[Dispatcher] = [self._consume_queue_dispatcher]
+        """Derived stores fed by every put and by recovery; append more before ``open()``."""
+        self.checkpoint: StoreCheckpoint | None = None
+        self.last_exit_ok: bool | None = None
+        """After ``open()``: False when the abort file showed an unclean exit."""
+        self.recovery: RecoveryResult | None = None
+        """After ``open()``: what recovery did (scan start and why, process offset)."""
+        self._state = _State.NEW
+        self._writable = True
+        self._lock_fd = -1
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._group_commit: GroupCommitService | None = None
+        self._commit_log_flusher: PeriodicFlushService | None = None
+        self._consume_queue_flusher: PeriodicFlushService | None = None
+        self._topic_bytes: dict[str, bytes] = {}
+        self._dispatch_mark = (0, 0)
+        """(commit log offset up to which records are dispatched, consume queue units written so far): one
+        tuple, replaced atomically by the loop thread and read by the flush thread."""
+        self._last_store_timestamp = 0
+        self._flush_lock = threading.Lock()
+        self._consume_queue_flush_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"MessageStore({self.config.root_dir}, {self._state}, max_offset={self.commit_log.max_offset})"
+
+    # -- life cycle ------------------------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Lock the directory, load the files and recover (normal or abnormal per the abort file). Blocking.
+
+        Raises :class:`StoreLockedError` when another store has the directory open, :class:`StoreLoadError`
+        when the files do not fit the configuration, OSError on I/O failure.
+        """
+        if self._state is not _State.NEW:
+            raise StoreClosedError(f"open() called on a {self._state} store")
+        root = self.config.root_dir
+        root.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = os.open(root / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+            raise StoreLockedError(f"{root} is already open in another MessageStore") from None
+        try:
+            for path in (self.commit_log.mapped_file_queue.store_path, self.consume_queues.root):
+                path.mkdir(exist_ok=True)
+            fsync_dir(root)
+            self.last_exit_ok = not (root / "abort").exists()
+            self.checkpoint = StoreCheckpoint(root / "checkpoint")
+            self.commit_log.load()
+            self.consume_queues.load()
+            self._recover()
+            create_abort_file(root / "abort")
+        except BaseException:
+            self._release_files()
+            raise
+        self._state = _State.OPEN
+
+    async def start(self) -> None:
+        """Start the flush threads, bound to the running loop (where ``wait_flushed`` futures live)."""
+        self._check_open()
+        if self._loop is not None:
+            raise RuntimeError("store already started")
+        config = self.config
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
+            self._group_commit = GroupCommitService(
+                self._flush_commit_log,
+                self.commit_log.mapped_file_queue.has_dirty_data,
+                sync_flush_timeout_ms=config.sync_flush_timeout_ms,
+                on_error=self._on_flush_error,
+            )
+            self._group_commit.start_on(loop, self.commit_log.flushed_offset)
+        else:
+            self._commit_log_flusher = PeriodicFlushService(
+                "quasar-flush-commitlog",
+                self._flush_commit_log,
+                interval_ms=config.flush_interval_ms,
+                least_pages=config.flush_least_pages,
+                thorough_interval_ms=config.flush_thorough_interval_ms,
+                on_error=self._on_flush_error,
+            )
+            self._commit_log_flusher.start()
+        self._consume_queue_flusher = PeriodicFlushService(
+            "quasar-flush-consumequeue",
+            self.flush_consume_queues,
+            interval_ms=config.flush_consume_queue_interval_ms,
+            least_pages=config.flush_consume_queue_least_pages,
+            thorough_interval_ms=config.flush_consume_queue_thorough_interval_ms,
+            on_error=self._on_flush_error,
+        )
+        self._consume_queue_flusher.start()
+
+    async def close(self) -> None:
+        """Stop the flush threads, flush everything, write the checkpoint, remove the abort file (the blocking
+        parts run in the default executor). Pending ``wait_flushed`` futures resolve. Idempotent.
+        """
+        if self._state is not _State.OPEN:
+            return
+        self._state = _State.CLOSING
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(None, self._shutdown_and_flush)
+        finally:
+            if self._group_commit is not None and self._loop is loop:
+                self._group_commit.finish(self.commit_log.flushed_offset)
+            await loop.run_in_executor(None, self._release_files)
+
+    def close_sync(self) -> None:
+        """Blocking :meth:`close`, for use without a running loop (or from a thread other than the loop's)."""
+        if self._state is not _State.OPEN:
+            return
+        self._state = _State.CLOSING
+        try:
+            self._shutdown_and_flush()
+        finally:
+            group_commit, loop = self._group_commit, self._loop
+            if group_commit is not None and loop is not None and not loop.is_closed():
+                flushed = self.commit_log.flushed_offset
+                try:
+                    running = asyncio.get_running_loop()
+                except RuntimeError:
+                    running = None
+                if running is loop:
+                    group_commit.finish(flushed)
+                else:
+                    loop.call_soon_threadsafe(group_commit.finish, flushed)
+            self._release_files()
+
+    def _shutdown_and_flush(self) -> int:
+        for service in (self._group_commit, self._commit_log_flusher, self._consume_queue_flusher):
+            if service is not None:
+                service.shutdown()
+        if not self._writable:
+            return self.commit_log.flushed_offset
+        self.flush_consume_queues(0)
+        if self._writable:
+            remove_abort_file(self.config.root_dir / "abort")
+        return self.commit_log.flushed_offset
+
+    def _release_files(self) -> None:
+        self.commit_log.close()
+        self.consume_queues.close()
+        if self.checkpoint is not None:
+            self.checkpoint.close()
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = -1
+        self._state = _State.CLOSED
+
+    def _check_open(self) -> None:
+        if self._state is not _State.OPEN:
+            raise StoreClosedError(f"the message store is {self._state}")
+
+    # -- flushing (flush threads) ----------------------------------------------------------------------------
+
+    def _flush_commit_log(self, least_pages: int = 0) -> int:
+        """fdatasync the commit log; returns the flushed offset. Flush threads / close only."""
+        timestamp = self._last_store_timestamp
+        end = self.commit_log.max_offset
+        with self._flush_lock:
+            flushed = self.commit_log.flush(least_pages)
+        if flushed >= end and self.checkpoint is not None:
+            self.checkpoint.physic_msg_timestamp = max(self.checkpoint.physic_msg_timestamp, timestamp)
+        return flushed
+
+    def flush_consume_queues(self, least_pages: int = 0) -> None:
+        """Flush consume queues (RocketMQ ``FlushConsumeQueueService``). A thorough round (``least_pages == 0``)
+        first flushes the commit log up to what was dispatched, then every consume queue, then writes that offset
+        and unit count to the checkpoint. Blocking: the consume queue flush thread, :meth:`flush` and close.
+        """
+        with self._consume_queue_flush_lock:
+            if least_pages:
+                self.consume_queues.flush(least_pages)
+                return
+            dispatched, units = self._dispatch_mark  # every unit of a record below is in the mapped files
+            timestamp = self._last_store_timestamp
+            if self._flush_commit_log(0) < dispatched:
+                raise StoreNotWritableError(f"commit log flush stopped short of offset {dispatched}")
+            self.consume_queues.flush(0)
+            checkpoint = self.checkpoint
+            if checkpoint is not None and dispatched >= checkpoint.logics_flushed_offset:
+                checkpoint.logics_flushed_offset = dispatched
+                checkpoint.logics_flushed_units = units
+                checkpoint.logics_msg_timestamp = max(checkpoint.logics_msg_timestamp, timestamp)
+                checkpoint.flush()
+
+    def flush(self) -> int:
+        """fdatasync the commit log, then every consume queue, then write the checkpoint; returns the flushed
+        commit log offset (bytes). Blocking: call it off the event loop (``loop.run_in_executor``).
+        Raises :class:`StoreClosedError` when not open, OSError when a sync fails.
+        """
+        self._check_open()
+        self.flush_consume_queues(0)
+        return self.commit_log.flushed_offset
+
+    def _on_flush_error(self, exc: BaseException) -> None:
+        log.error("message store: flush failed, the store refuses writes from now on: %r", exc)
+        self._writable = False
+
+    def _recover(self) -> None:
+        checkpoint = self.checkpoint
+        assert checkpoint is not None and self.last_exit_ok is not None
+        result = recover(
+            self.commit_log,
+            self.consume_queues,
+            checkpoint,
+            self.dispatchers,
+            self._consume_queue_dispatcher,
+            last_exit_ok=self.last_exit_ok,
+            check_crc=self.config.check_crc_on_recover,
+            require_prop_crc=self.config.force_verify_prop_crc,
+        )
+        self.recovery = result
+        self._dispatch_mark = (result.process_offset, result.units)
+        self._last_store_timestamp = max(
+            result.last_store_timestamp, checkpoint.physic_msg_timestamp, checkpoint.logics_msg_timestamp
+        )
+
+    # -- write path ------------------------------------------------------------------------------------------
+
+    def put(
+        self,
+        topic: str,
+        queue_id: int,
+        body: bytes | bytearray | memoryview,
+        *,
+        properties: Mapping[str, str] | None = None,
+        tag_hash: int = 0,
+        born_timestamp_ms: int | None = None,
+    ) -> PutResult:
+        """Append one record for (topic, queue id) and build its consume queue unit; does not wait for the
+        disk.
+
+        Loop thread only. Returns PUT_OK with the record's commit log offset and queue offset; MESSAGE_ILLEGAL
+        for a bad topic / queue id (0..2^31-1) / body (over ``max_message_size`` bytes or too big for a
+        segment) / property; PROPERTIES_SIZE_EXCEEDED past 32767 encoded property bytes;
+        CREATE_MAPPED_FILE_FAILED; SERVICE_NOT_AVAILABLE after an I/O failure. Raises
+        :class:`StoreClosedError` when not open and :class:`StoreNotWritableError` when a dispatcher fails
+        (the store then refuses writes).
+        """
+        if self._state is not _State.OPEN:
+            raise StoreClosedError(f"the message store is {self._state}")
+        if not self._writable:
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, -1, -1, 0, 0)
+        topic_bytes = self._topic_bytes.get(topic)
+        if topic_bytes is None:
+            topic_bytes = self._encode_topic(topic)
+            if topic_bytes is None:
+                return PutResult(PutStatus.MESSAGE_ILLEGAL, -1, -1, 0, 0)
+        if type(queue_id) is not int or not 0 <= queue_id <= MAX_INT:
+            return PutResult(PutStatus.MESSAGE_ILLEGAL, -1, -1, 0, 0)
+        if type(body) is memoryview:
+            if body.ndim != 1 or body.itemsize != 1:
+                body = body.cast("B")
+        elif not isinstance(body, bytes | bytearray):
+            return PutResult(PutStatus.MESSAGE_ILLEGAL, -1, -1, 0, 0)
+        if len(body) > self.config.max_message_size or type(tag_hash) is not int:
+            return PutResult(PutStatus.MESSAGE_ILLEGAL, -1, -1, 0, 0)
+        store_timestamp = time.time_ns() // 1_000_000
+        if born_timestamp_ms is None:
+            born_timestamp_ms = store_timestamp
+        elif type(born_timestamp_ms) is not int:
+            return PutResult(PutStatus.MESSAGE_ILLEGAL, -1, -1, 0, 0)
+        try:
+            encoded_properties = encode_properties(properties, tag_hash)
+            queue = self.consume_queues.find_or_create(topic, queue_id)
+            queue_offset = queue.max_offset
+            result = self.commit_log.append(
+                topic=topic_bytes,
+                queue_id=queue_id,
+                queue_offset=queue_offset,
+                body=body,
+                properties=encoded_properties,
+                store_timestamp=store_timestamp,
+                born_timestamp=born_timestamp_ms,
+            )
+        except InvalidMessageError:
+            return PutResult(PutStatus.MESSAGE_ILLEGAL, -1, -1, 0, 0)
+        if result.status is not AppendMessageStatus.PUT_OK:
+            return PutResult(_APPEND_TO_PUT.get(result.status, PutStatus.UNKNOWN_ERROR), -1, -1, 0, 0)
+        request = DispatchRequest(
+            topic=topic,
+            queue_id=queue_id,
+            commit_log_offset=result.wrote_offset,
+            size=result.wrote_bytes,
+            tag_hash=tag_hash,
+            store_timestamp=store_timestamp,
+            queue_offset=queue_offset,
+            keys=properties.get(PROPERTY_KEYS, "") if properties else "",
+            uniq_key=properties.get(PROPERTY_UNIQ_KEY, "") if properties else "",
+        )
+        try:
+            for dispatcher in self.dispatchers:
+                dispatcher.dispatch(request)
+        except Exception as exc:
+            self._writable = False
+            raise StoreNotWritableError(
+                f"dispatch of commit log offset {result.wrote_offset} failed; the store refuses writes "
+                f"until reopened (recovery rebuilds the consume queues): {exc!r}"
+            ) from exc
+        self._dispatch_mark = (result.wrote_offset + result.wrote_bytes, self._dispatch_mark[1] + 1)
+        self._last_store_timestamp = store_timestamp
+        return PutResult(
+            PutStatus.PUT_OK, result.wrote_offset, queue_offset, result.wrote_bytes, store_timestamp
+        )
+
+    def _encode_topic(self, topic: object) -> bytes | None:
+        if not isinstance(topic, str) or not topic:
+            return None
+        try:
+            encoded = topic.encode()
+        except UnicodeEncodeError:
+            return None
+        if len(encoded) > MAX_TOPIC_LENGTH:
+            return None
+        self._topic_bytes[topic] = encoded
+        return encoded
+
+    def wait_flushed(self, commit_log_offset_end: int) -> Awaitable[PutStatus]:
+        """A future of PUT_OK once the commit log is durable up to ``commit_log_offset_end`` (bytes).
+
+        SYNC_FLUSH: after the group commit's fdatasync covers it (FLUSH_DISK_TIMEOUT after
+        ``sync_flush_timeout_ms``, UNKNOWN_ERROR if the fdatasync failed); ASYNC_FLUSH: at once. Futures
+        complete in offset order. Loop thread only, after ``start()``; raises :class:`StoreClosedError`
+        otherwise.
+        """
+        self._check_open()
+        loop = self._loop
+        if loop is None:
+            raise StoreClosedError("the message store is not started (await start() first)")
+        if self._group_commit is not None:
+            return self._group_commit.submit(commit_log_offset_end)
+        future: asyncio.Future[PutStatus] = loop.create_future()
+        future.set_result(PutStatus.PUT_OK)
+        return future
+
+    async def put_and_wait(
+        self,
+        topic: str,
+        queue_id: int,
+        body: bytes | bytearray | memoryview,
+        *,
+        properties: Mapping[str, str] | None = None,
+        tag_hash: int = 0,
+        born_timestamp_ms: int | None = None,
+    ) -> PutResult:
+        """:meth:`put`, then :meth:`wait_flushed` of its end; the result carries the flush status."""
+        result = self.put(
+            topic,
+            queue_id,
+            body,
+            properties=properties,
+            tag_hash=tag_hash,
+            born_timestamp_ms=born_timestamp_ms,
+        )
+        if result.status is not PutStatus.PUT_OK:
+            return result
+        status = await self.wait_flushed(result.end_offset)
+        return result if status is PutStatus.PUT_OK else dataclasses.replace(result, status=status)
+
+    # -- read path -------------------------------------------------------------------------------------------
+
+    def get(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        max_count: int,
+        max_bytes: int = DEFAULT_MAX_GET_BYTES,
+    ) -> GetResult:
+        """Up to ``max_count`` messages from ``queue_offset`` on, at most ``max_bytes`` of records (the first
+        message is always returned whole), bodies as zero-copy memoryviews (RocketMQ ``getMessage``; statuses
+        as in :class:`GetStatus`). Raises ValueError for ``max_count < 1``, :class:`CorruptRecordError` when a
+        unit points at something that is not its record.
+        """
+        self._check_open()
+        if max_count < 1:
+            raise ValueError(f"max_count must be >= 1: {max_count}")
+        queue = self.consume_queues.get(topic, queue_id)
+        if queue is None:
+            return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, [], 0, 0, 0)
+        min_offset, max_offset = queue.min_offset, queue.max_offset
+        if max_offset == 0:
+            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, [], 0, min_offset, max_offset)
+        if queue_offset < min_offset:
+            return GetResult(GetStatus.OFFSET_TOO_SMALL, [], min_offset, min_offset, max_offset)
+        if queue_offset == max_offset:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, [], queue_offset, min_offset, max_offset)
+        if queue_offset > max_offset:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, [], max_offset, min_offset, max_offset)
+        messages: list[StoredMessage] = []
+        offset = queue_offset
+        total_bytes = 0
+        while len(messages) < max_count and offset < max_offset:
+            units = queue.read_units(offset, max_count - len(messages))
+            if units is None:
+                if not messages:
+                    next_offset = queue.next_file_queue_offset(offset)
+                    return GetResult(GetStatus.OFFSET_FOUND_NULL, [], next_offset, min_offset, max_offset)
+                break
+            for commit_log_offset, size, _ in UNIT.iter_unpack(units):
+                if total_bytes and total_bytes + size > max_bytes:
+                    return GetResult(GetStatus.FOUND, messages, offset, min_offset, max_offset)
+                message = self._read_message(commit_log_offset, size)
+                if message is None:
+                    if messages:
+                        return GetResult(GetStatus.FOUND, messages, offset, min_offset, max_offset)
+                    return GetResult(GetStatus.MESSAGE_WAS_REMOVING, [], offset + 1, min_offset, max_offset)
+                messages.append(message)
+                total_bytes += size
+                offset += 1
+        return GetResult(GetStatus.FOUND, messages, offset, min_offset, max_offset)
+
+    def _read_message(self, commit_log_offset: int, size: int) -> StoredMessage | None:
+        """Decode the record a unit points at; None when the commit log no longer holds it."""
+        mapped_file = self.commit_log.mapped_file_queue.find_mapped_file_by_offset(commit_log_offset)
+        if mapped_file is None:
+            return None
+        return decode_stored_message(
+            mapped_file.buffer,
+            commit_log_offset - mapped_file.file_from_offset,
+            mapped_file.wrote_position,
+            commit_log_offset,
+            size,
+        )
+
+    def get_by_offset(self, commit_log_offset: int, size: int) -> StoredMessage:
+        """The record at ``commit_log_offset`` of ``size`` bytes (e.g. from a consume queue unit or a
+        PutResult).
+
+        Raises :class:`OffsetOutOfRangeError` outside the commit log, :class:`CorruptRecordError` when no
+        record of that size starts there.
+        """
+        self._check_open()
+        message = self._read_message(commit_log_offset, size)
+        if message is None:
+            raise OffsetOutOfRangeError(
+                f"commit log offset {commit_log_offset} is outside "
+                f"[{self.commit_log.min_offset}, {self.commit_log.max_offset})"
+            )
+        return message
+
+    # -- queries ---------------------------------------------------------------------------------------------
+
+    def max_queue_offset(self, topic: str, queue_id: int) -> int:
+        """The next queue offset to be written (0 for an unknown queue)."""
+        queue = self.consume_queues.get(topic, queue_id)
+        return queue.max_offset if queue is not None else 0
+
+    def min_queue_offset(self, topic: str, queue_id: int) -> int:
+        """The first queue offset still held (0 for an unknown queue)."""
+        queue = self.consume_queues.get(topic, queue_id)
+        return queue.min_offset if queue is not None else 0
+
+    def queues(self) -> list[tuple[str, int]]:
+        """Every (topic, queue id) with a consume queue, sorted."""
+        return self.consume_queues.queues()
+
+    @property
+    def min_commit_log_offset(self) -> int:
+        return self.commit_log.min_offset
+
+    @property
+    def max_commit_log_offset(self) -> int:
+        """End of the written commit log (bytes)."""
+        return self.commit_log.max_offset
+
+    @property
+    def flushed_commit_log_offset(self) -> int:
+        """End of the fdatasynced commit log (bytes)."""
+        return self.commit_log.flushed_offset
+
+    @property
+    def writable(self) -> bool:
+        """False after an I/O failure: puts answer SERVICE_NOT_AVAILABLE until the store is reopened."""
+        return self._writable
+
+    def statistics(self) -> StoreStatistics:
+        group_commit = self._group_commit
+        return StoreStatistics(
+            min_commit_log_offset=self.commit_log.min_offset,
+            max_commit_log_offset=self.commit_log.max_offset,
+            flushed_commit_log_offset=self.commit_log.flushed_offset,
+            dispatched_commit_log_offset=self._dispatch_mark[0],
+            consume_queues=len(self.consume_queues),
+            group_commit_rounds=group_commit.flush_rounds if group_commit is not None else 0,
+            pending_flush_waiters=group_commit.pending if group_commit is not None else 0,
+            writable=self._writable,
+        )

@@ -1,0 +1,50 @@
+"""Shared helpers for the storage tests: tiny segments so every test that appends also rolls files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from quasar.storage import MessageStore, StoreConfig
+
+SEGMENT_SIZE = 4096
+"""Commit log segment size in tests (4 KiB): a few dozen small records per file."""
+CQ_FILE_SIZE = 200
+"""Consume queue file size in tests: 10 units per file."""
+
+
+def make_config(root: Path, **overrides: Any) -> StoreConfig:
+    values: dict[str, Any] = {
+        "root_dir": root,
+        "commit_log_file_size": SEGMENT_SIZE,
+        "consume_queue_file_size": CQ_FILE_SIZE,
+    }
+    values.update(overrides)
+    return StoreConfig(**values)
+
+
+def open_store(root: Path, **overrides: Any) -> MessageStore:
+    store = MessageStore(make_config(root, **overrides))
+    store.open()
+    return store
+
+
+def abandon(store: MessageStore) -> None:
+    """Leave the store as a SIGKILL would: written bytes stay in the files, no final flush, no checkpoint
+    update, the abort file stays. (Stops the flush threads and unmaps; white-box.)"""
+    for service in (store._group_commit, store._commit_log_flusher, store._consume_queue_flusher):
+        if service is not None:
+            service.shutdown()
+    store._release_files()
+
+
+def body_for(i: int) -> bytes:
+    """A deterministic body of varying length (12..~110 bytes)."""
+    return f"message-{i:05d}|".encode() * (1 + i % 7)
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    return tmp_path / "store"

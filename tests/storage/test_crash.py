@@ -1,0 +1,94 @@
+"""SIGKILL a process that appends with put_and_wait: every confirmed record must survive, intact."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from .conftest import open_store
+
+WRITER = textwrap.dedent(
+    """
+    import asyncio, sys
+    from pathlib import Path
+    from quasar.storage import MessageStore, StoreConfig
+
+    def body(i):
+        return f"crash-{i:06d}|".encode() * (1 + i % 9)
+
+    async def main(root):
+        store = MessageStore(StoreConfig(root_dir=Path(root), commit_log_file_size=8192,
+                                         consume_queue_file_size=400, flush_consume_queue_interval_ms=20,
+                                         flush_consume_queue_thorough_interval_ms=50))
+        store.open()
+        await store.start()
+        print("ready", flush=True)
+        i = 0
+        while True:
+            batch = [store.put_and_wait("crash/topic", n % 3, body(n)) for n in range(i, i + 8)]
+            for n, result in zip(range(i, i + 8), await asyncio.gather(*batch)):
+                assert result.status.name == "PUT_OK", result
+                print(n, result.queue_offset, result.commit_log_offset, result.wrote_bytes, flush=True)
+            i += 8
+
+    asyncio.run(main(sys.argv[1]))
+    """
+)
+
+
+def body(i: int) -> bytes:
+    return f"crash-{i:06d}|".encode() * (1 + i % 9)
+
+
+def test_sigkill_loses_no_confirmed_record(tmp_path: Path):
+    root = tmp_path / "store"
+    script = tmp_path / "writer.py"
+    script.write_text(WRITER)
+    process = subprocess.Popen(
+        [sys.executable, str(script), str(root)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    confirmed: list[tuple[int, int, int, int]] = []
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().strip() == "ready", process.stderr.read() if process.stderr else ""
+        while len(confirmed) < 400:
+            line = process.stdout.readline()
+            assert line, process.stderr.read() if process.stderr else "writer exited"
+            confirmed.append(tuple(int(x) for x in line.split()))  # type: ignore[misc]
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    # lines printed before the kill but not read yet are confirmed too
+    assert process.stdout is not None
+    for line in process.stdout.read().splitlines():
+        fields = line.split()
+        if len(fields) == 4 and all(f.isdigit() for f in fields):
+            confirmed.append(tuple(int(x) for x in fields))  # type: ignore[misc]
+    process.stdout.close()
+    if process.stderr is not None:
+        process.stderr.close()
+
+    assert (root / "abort").exists()
+    assert len(list((root / "commitlog").iterdir())) > 3  # several segments were written
+    store = open_store(root, commit_log_file_size=8192, consume_queue_file_size=400)
+    assert store.last_exit_ok is False
+    for n, queue_offset, commit_log_offset, size in confirmed:
+        message = store.get_by_offset(commit_log_offset, size)
+        assert bytes(message.body) == body(n)
+        assert message.queue_offset == queue_offset
+        by_queue = store.get("crash/topic", n % 3, queue_offset, 1)
+        assert by_queue.messages[0].commit_log_offset == commit_log_offset
+    for queue_id in range(3):  # consume queues are continuous and point at whole records
+        result = store.get("crash/topic", queue_id, 0, 100_000, max_bytes=1 << 30)
+        assert [m.queue_offset for m in result.messages] == list(
+            range(store.max_queue_offset("crash/topic", queue_id))
+        )
+    store.close_sync()
