@@ -169,3 +169,15 @@ async def test_consume_queue_flush_thread_advances_the_checkpoint(root: Path):
     assert store.checkpoint.logics_flushed_offset == last.end_offset
     assert store.checkpoint.logics_flushed_units == 30
     await store.close()
+
+
+async def test_waiters_are_released_when_another_flusher_synced_first(root: Path):
+    store = open_store(root, sync_flush_timeout_ms=3000)
+    await store.start()
+    await asyncio.sleep(0.05)  # let the group commit thread finish its first (empty) round
+    result = store.put(TOPIC, 0, b"x")
+    loop = asyncio.get_running_loop()
+    await loop.run_in_executor(None, store.flush)  # e.g. a checkpoint round synced the commit log already
+    assert store.flushed_commit_log_offset == result.end_offset
+    assert await store.wait_flushed(result.end_offset) is PutStatus.PUT_OK
+    await store.close()

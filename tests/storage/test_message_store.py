@@ -115,6 +115,9 @@ def test_bad_input_returns_a_status_and_writes_nothing(root: Path):
         ((TOPIC, 0, b"x"), {"born_timestamp_ms": 2**70}, PutStatus.MESSAGE_ILLEGAL),
         ((TOPIC, 0, b"x"), {"properties": {"k": "v" * 33000}}, PutStatus.PROPERTIES_SIZE_EXCEEDED),
         (("t" * 40000, 0, b"x"), {}, PutStatus.MESSAGE_ILLEGAL),
+        ((["not", "a", "topic"], 0, b"x"), {}, PutStatus.MESSAGE_ILLEGAL),
+        ((TOPIC, 0, b"x"), {"properties": [("k", "v")]}, PutStatus.MESSAGE_ILLEGAL),
+        ((TOPIC, 0, b"x"), {"properties": {"__CRC32#": "0"}}, PutStatus.MESSAGE_ILLEGAL),
     ]
     for args, kwargs, status in cases:
         result = store.put(*args, **kwargs)

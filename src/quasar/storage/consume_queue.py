@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import struct
 from pathlib import Path
 from typing import NamedTuple
@@ -294,10 +295,17 @@ class ConsumeQueue:
     # -- flush / close ---------------------------------------------------------------------------------------
 
     def flush(self, least_pages: int = 0) -> int:
-        """fdatasync dirty files (and fsync newly created directories); return the flushed byte offset.
-        Blocking."""
+        """fdatasync dirty files (and, once, newly created directories and the ``TOPIC`` file); return the
+        flushed byte offset. Blocking."""
         flushed = self.mapped_file_queue.flush(least_pages)
         if self._dirs_need_sync:
+            topic_file = self.topic_path / TOPIC_FILE_NAME
+            if topic_file.exists():
+                fd = os.open(topic_file, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
             fsync_dir(self.topic_path)
             fsync_dir(self.root)
             self._dirs_need_sync = False

@@ -91,18 +91,17 @@ class _ServiceThread:
 
 
 class GroupCommitService(_ServiceThread):
-    """SYNC_FLUSH group commit. ``flush()`` fdatasyncs the commit log and returns the flushed offset;
-    ``has_dirty_data()`` says whether anything was written past it.
+    """SYNC_FLUSH group commit. ``flush()`` fdatasyncs whatever of the commit log is dirty (no syscall when
+    nothing is) and returns the flushed offset, which may also have been advanced by another flusher.
 
     Loop side (:meth:`submit`, the expiry timer, the flushed callback) runs on the event loop passed to
-    :meth:`start`; only the thread calls ``flush``. After a failed flush every pending and later waiter gets
-    ``UNKNOWN_ERROR`` and the thread stops (``on_error`` is told, so the store can refuse writes).
+    :meth:`start_on`. After a failed flush every pending and later waiter gets ``UNKNOWN_ERROR`` and the
+    thread stops (``on_error`` is told, so the store can refuse writes).
     """
 
     def __init__(
         self,
         flush: Callable[[], int],
-        has_dirty_data: Callable[[], bool],
         *,
         sync_flush_timeout_ms: int,
         on_error: Callable[[BaseException], None],
@@ -110,7 +109,6 @@ class GroupCommitService(_ServiceThread):
     ) -> None:
         super().__init__(name, on_error)
         self._flush = flush
-        self._has_dirty_data = has_dirty_data
         self._timeout_s = sync_flush_timeout_ms / 1000
         self._loop: asyncio.AbstractEventLoop | None = None
         self._requests: collections.deque[tuple[int, float, asyncio.Future[PutStatus]]] = collections.deque()
@@ -119,7 +117,7 @@ class GroupCommitService(_ServiceThread):
         """Highest flushed offset the loop has been told about (loop thread only)."""
         self._failed = False
         self.flush_rounds = 0
-        """Number of fdatasync rounds so far (statistics)."""
+        """Rounds that advanced the flushed offset (statistics)."""
 
     def start_on(self, loop: asyncio.AbstractEventLoop, flushed_offset: int) -> None:
         """Bind to ``loop`` (where waiters live) and start the thread; ``flushed_offset`` is already
@@ -211,8 +209,6 @@ class GroupCommitService(_ServiceThread):
         while not self._stopped.is_set():
             self._wakeup.wait(GROUP_COMMIT_WAIT_S)
             self._wakeup.clear()
-            if not self._has_dirty_data() and posted >= 0:
-                continue
             try:
                 flushed = self._flush()
             except Exception as exc:
@@ -220,8 +216,8 @@ class GroupCommitService(_ServiceThread):
                 self._post(self._on_failed)
                 self._on_error(exc)
                 return
-            self.flush_rounds += 1
-            if flushed != posted:
+            if flushed != posted:  # synced by us, or by another flusher (checkpoint round, close)
+                self.flush_rounds += 1
                 posted = flushed
                 self._post(self._on_flushed, flushed)
 

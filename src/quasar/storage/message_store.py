@@ -170,7 +170,6 @@ class MessageStore:
         if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
             self._group_commit = GroupCommitService(
                 self._flush_commit_log,
-                self.commit_log.mapped_file_queue.has_dirty_data,
                 sync_flush_timeout_ms=config.sync_flush_timeout_ms,
                 on_error=self._on_flush_error,
             )
@@ -237,9 +236,12 @@ class MessageStore:
                 service.shutdown()
         if not self._writable:
             return self.commit_log.flushed_offset
-        self.flush_consume_queues(0)
-        if self._writable:
-            remove_abort_file(self.config.root_dir / "abort")
+        try:
+            self.flush_consume_queues(0)
+        except BaseException:
+            self._writable = False  # the abort file stays: the next open recovers abnormally
+            raise
+        remove_abort_file(self.config.root_dir / "abort")
         return self.commit_log.flushed_offset
 
     def _release_files(self) -> None:
@@ -347,7 +349,7 @@ class MessageStore:
             raise StoreClosedError(f"the message store is {self._state}")
         if not self._writable:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, -1, -1, 0, 0)
-        topic_bytes = self._topic_bytes.get(topic)
+        topic_bytes = self._topic_bytes.get(topic) if type(topic) is str else None
         if topic_bytes is None:
             topic_bytes = self._encode_topic(topic)
             if topic_bytes is None:

@@ -165,6 +165,10 @@ def encode_properties(properties: Mapping[str, str] | None, tag_hash: int = 0) -
     :class:`InvalidMessageError` for a non-str or empty name, a non-str value, a name/value containing 0x01 or
     0x02 (they would corrupt the encoding), or a reserved name (``TAG_HASH``, ``__CRC32#``).
     """
+    if properties is not None and not isinstance(properties, Mapping):
+        raise InvalidMessageError(
+            f"properties must be a mapping of str to str, got {type(properties).__name__}"
+        )
     if not properties and not tag_hash:
         return b""
     parts: list[str] = []

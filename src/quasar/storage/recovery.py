@@ -4,9 +4,9 @@
 1. Consume queues: each finds its end (units while ``offset >= 0 and size > 0``, from the third-last file).
 2. Commit log: scanned with CRC checks (body CRC and the ``__CRC32#`` record CRC) from a start point to the first
    invalid record; that end is the *process offset*. The start point is the checkpoint's
-   ``logics_flushed_offset`` (everything below it is on disk in the commit log and in the consume queues);
-   without a checkpoint, the third-last segment after a clean exit and the first segment after an unclean one
-   (the ``abort`` file was there).
+   ``logics_flushed_offset`` (everything below it is on disk in the commit log and in the consume queues).
+   Without a usable one: the third-last segment after a clean exit (RocketMQ 4.9), the first segment after an
+   unclean one (the ``abort`` file was there) or when the checkpoint file is missing.
 3. Consume queue units of records at or past the process offset are cut (``truncateDirtyLogicFiles``), then the
    commit log itself (``truncateDirtyFiles``: later segments deleted, the tail zeroed).
 4. Every record from the start point to the process offset is re-dispatched to every dispatcher (idempotent:
