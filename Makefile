@@ -24,13 +24,13 @@ run: $(VENV)/.installed-run
 
 ## make test: install with the dev extras, then ruff, the import-linter contracts and pytest
 test: $(VENV)/.installed-dev
-	$(BIN)/ruff check src tests benchmarks examples
+	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest
 
 lint: $(VENV)/.installed-dev
-	$(BIN)/ruff check src tests benchmarks examples
-	$(BIN)/ruff format --check src tests benchmarks examples
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 
 ## make proto: regenerate src/quasar/protocol/proto/PulsarApi_pb2.py from PulsarApi.proto
