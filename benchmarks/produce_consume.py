@@ -23,7 +23,6 @@ Usage: ``python benchmarks/produce_consume.py [--messages N] [--sizes 100,1024] 
 
 from __future__ import annotations
 
-import logging
 import os
 import tempfile
 import time
@@ -228,8 +227,8 @@ def main(
     console = Console()
     if not console.is_terminal:  # a pipe or file: rich would squeeze the 9 columns into 80
         console = Console(width=140)
-    logger = logging.getLogger("benchmark.pulsar")
-    logger.setLevel(logging.WARNING)
+    # the C++ core's console logger: a Python logger is called back from client threads at interpreter exit
+    logger = pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn)
     with tempfile.TemporaryDirectory(prefix="quasar-bench-") as tmp:
         broker = None
         if service_url is None:

@@ -480,6 +480,11 @@ class FakePulsar:
     CompressionType = ConsumerType = InitialPosition = type(
         "Enum", (), {"LZ4": 1, "Shared": 2, "Earliest": 3}
     )
+    LoggerLevel = type("LoggerLevel", (), {"Warn": 1, "Error": 2})
+
+    @staticmethod
+    def ConsoleLogger(level: int) -> object:
+        return ("console-logger", level)
 
     def __init__(self, fault: str | None = None) -> None:
         self.fault = fault

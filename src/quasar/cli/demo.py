@@ -31,7 +31,6 @@ load the C++ client (``pulsar-client`` is in the ``demo`` extra).
 from __future__ import annotations
 
 import json
-import logging
 import time
 import urllib.error
 import urllib.request
@@ -382,8 +381,10 @@ def run_flights_demo(config: FlightsDemoConfig, console: Console | None = None) 
         f"({config.partitions} partitions, {'created' if created else 'existing'}) at {config.service_url}, "
         f"Shared subscription [bold]{subscription}[/]"
     )
-    logger = logging.getLogger("quasar.demo.pulsar")
-    logger.setLevel(logging.WARNING)
+    # The C++ core's own console logger, not a Python logging.Logger: a Python logger is called back from the
+    # client's I/O threads, which can still fire while the interpreter exits and abort the process
+    # ("terminate called without an active exception").
+    logger = pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn)
     client = pulsar.Client(config.service_url, logger=logger, operation_timeout_seconds=30)
     try:
         consumer = client.subscribe(
