@@ -13,6 +13,10 @@ SEGMENT_SIZE = 4096
 """Commit log segment size in tests (4 KiB): a few dozen small records per file."""
 CQ_FILE_SIZE = 200
 """Consume queue file size in tests: 10 units per file."""
+INDEX_SLOTS = 64
+"""Hash slots per index file in tests (collisions are common)."""
+INDEX_ITEMS = 100
+"""Index items per index file in tests (99 usable: files roll often)."""
 
 
 def make_config(root: Path, **overrides: Any) -> StoreConfig:
@@ -20,6 +24,8 @@ def make_config(root: Path, **overrides: Any) -> StoreConfig:
         "root_dir": root,
         "commit_log_file_size": SEGMENT_SIZE,
         "consume_queue_file_size": CQ_FILE_SIZE,
+        "max_hash_slot_num": INDEX_SLOTS,
+        "max_index_num": INDEX_ITEMS,
     }
     values.update(overrides)
     return StoreConfig(**values)
@@ -34,9 +40,15 @@ def open_store(root: Path, **overrides: Any) -> MessageStore:
 def abandon(store: MessageStore) -> None:
     """Leave the store as a SIGKILL would: written bytes stay in the files, no final flush, no checkpoint
     update, the abort file stays. (Stops the flush threads and unmaps; white-box.)"""
-    for service in (store._group_commit, store._commit_log_flusher, store._consume_queue_flusher):
+    for service in (
+        store._group_commit,
+        store._commit_log_flusher,
+        store._consume_queue_flusher,
+        store.reput,
+    ):
         if service is not None:
             service.shutdown()
+    store.allocator.shutdown(destroy_unused=False)  # a pre-allocated next segment stays, as after a kill
     store._release_files()
 
 

@@ -109,10 +109,14 @@ def test_damage_in_an_early_segment_drops_everything_after_it(root: Path):
 
     store = open_store(root)
     assert store.max_commit_log_offset == victim.commit_log_offset
-    assert sorted(p.name for p in (root / "commitlog").iterdir()) == [
+    assert [f.file_name for f in store.commit_log.mapped_file_queue.mapped_files] == [
         offset_to_file_name(0),
         offset_to_file_name(SEGMENT_SIZE),
     ]
+    # on disk at most the pre-allocated (empty) next segment besides them
+    on_disk = sorted(p.name for p in (root / "commitlog").iterdir())
+    assert on_disk[:2] == [offset_to_file_name(0), offset_to_file_name(SEGMENT_SIZE)]
+    assert on_disk[2:] in ([], [offset_to_file_name(2 * SEGMENT_SIZE)])
     assert _queue_contents(store) == _expected(results, index)
     store.close_sync()
 

@@ -1,11 +1,13 @@
 """Quasar storage: a RocketMQ-style message store that knows nothing of Pulsar.
 
-One commit log of records in mapped segment files, a consume queue of 20-byte units per (topic, queue id),
-a checkpoint, group-commit flushing, crash recovery, and an SQLite metadata store. Start at
+One commit log of records in mapped segment files (the next one pre-allocated in the background), a consume
+queue of 20-byte units per (topic, queue id), a key index (IndexFile) built by a reput thread, a checkpoint,
+group-commit flushing, crash recovery, retention with a disk guard, and an SQLite metadata store. Start at
 :class:`MessageStore` (``quasar.storage.message_store``) and :class:`MetadataStore`
 (``quasar.storage.metadata``).
 """
 
+from quasar.storage.clean_service import CleanResult
 from quasar.storage.config import StoreConfig
 from quasar.storage.errors import (
     ConsumeQueueGapError,
@@ -34,6 +36,7 @@ from quasar.storage.status import AppendMessageStatus, GetStatus, PutStatus
 
 __all__ = [
     "AppendMessageStatus",
+    "CleanResult",
     "ConsumeQueueGapError",
     "CorruptRecordError",
     "DiskFullError",

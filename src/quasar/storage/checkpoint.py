@@ -14,6 +14,8 @@ offset  field                          meaning
 40      logics_flushed_offset          Quasar: every consume queue unit of a record below this commit
                                        log offset is flushed, and so is the commit log up to it
 48      logics_flushed_units           Quasar: how many consume queue units those records have
+56      index_flushed_offset           Quasar: every record below this commit log offset is in a
+                                       flushed index file (clean restarts resume indexing there)
 ======  =============================  ==============================================================
 
 Recovery re-dispatches the commit log from ``logics_flushed_offset`` on (0 = never written: from the start);
@@ -35,8 +37,8 @@ from pathlib import Path
 from quasar.storage.mapped_file import fdatasync, fsync_dir
 
 CHECKPOINT_FILE_SIZE = 4096
-CHECKPOINT_LAYOUT = struct.Struct(">qqqqqqq")
-"""The seven longs at offset 0 (56 bytes)."""
+CHECKPOINT_LAYOUT = struct.Struct(">qqqqqqqq")
+"""The eight longs at offset 0 (64 bytes)."""
 
 
 class StoreCheckpoint:
@@ -51,6 +53,7 @@ class StoreCheckpoint:
         self.confirm_phy_offset = 0
         self.logics_flushed_offset = 0
         self.logics_flushed_units = 0
+        self.index_flushed_offset = 0
         self.existed = path.exists()
         """Whether the file was there before (a missing checkpoint forces a full consume queue rebuild)."""
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -64,6 +67,7 @@ class StoreCheckpoint:
                 self.confirm_phy_offset,
                 self.logics_flushed_offset,
                 self.logics_flushed_units,
+                self.index_flushed_offset,
             ) = CHECKPOINT_LAYOUT.unpack(data)
         else:
             os.ftruncate(self._fd, CHECKPOINT_FILE_SIZE)
@@ -91,6 +95,7 @@ class StoreCheckpoint:
             self.confirm_phy_offset,
             self.logics_flushed_offset,
             self.logics_flushed_units,
+            self.index_flushed_offset,
         )
         os.pwrite(self._fd, page, 0)
         fdatasync(self._fd)

@@ -12,12 +12,14 @@ Appends happen on one thread (the event loop); :meth:`flush` may run on a flush 
 
 from __future__ import annotations
 
+import errno
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from quasar.storage.errors import CorruptRecordError, OffsetOutOfRangeError
+from quasar.storage.allocate import AllocateMappedFileService
+from quasar.storage.errors import CorruptRecordError, DiskFullError, OffsetOutOfRangeError
 from quasar.storage.mapped_file import MappedFile
 from quasar.storage.mapped_file_queue import MappedFileQueue
 from quasar.storage.record import (
@@ -66,8 +68,9 @@ class CommitLog:
         *,
         store_host: HostAddress = LOCAL_HOST,
         append_prop_crc: bool = True,
+        allocator: AllocateMappedFileService | None = None,
     ) -> None:
-        self.mapped_file_queue = MappedFileQueue(store_path, mapped_file_size)
+        self.mapped_file_queue = MappedFileQueue(store_path, mapped_file_size, allocator=allocator)
         self.mapped_file_size = mapped_file_size
         self.store_host = store_host
         self.append_prop_crc = append_prop_crc
@@ -116,7 +119,9 @@ class CommitLog:
         Returns PUT_OK with the record's offset, MESSAGE_SIZE_EXCEEDED when the record can never fit in a
         segment or the topic is longer than 32767 bytes, PROPERTIES_SIZE_EXCEEDED past 32767 property bytes,
         CREATE_MAPPED_FILE_FAILED when the next segment file cannot be created. Does not flush.
-        Raises :class:`InvalidMessageError` when a field is out of its range (e.g. a queue id past i32).
+        Raises :class:`InvalidMessageError` when a field is out of its range (e.g. a queue id past i32), and
+        :class:`DiskFullError` when no disk space can be reserved for the record (nothing is written then:
+        space is reserved with ``posix_fallocate`` before the bytes go into the mapping).
         """
         properties_length = len(properties) + self._reserved
         if properties_length > MAX_PROPERTIES_LENGTH:
@@ -129,13 +134,20 @@ class CommitLog:
             mapped_file = queue.get_last_mapped_file(0)
             assert mapped_file is not None
             if total + END_FILE_MIN_BLANK_LENGTH > mapped_file.remaining():
+                self._reserve(mapped_file, mapped_file.wrote_position + END_FILE_MIN_BLANK_LENGTH)
                 self._write_blank(mapped_file)
                 mapped_file = queue.get_last_mapped_file(0)
                 assert mapped_file is not None
+        except DiskFullError:
+            raise
         except OSError as exc:
             log.error("cannot create the next commit log segment: %s", exc)
+            if exc.errno == errno.ENOSPC:
+                raise DiskFullError(f"no space left for the next commit log segment: {exc}") from exc
             return AppendResult(AppendMessageStatus.CREATE_MAPPED_FILE_FAILED)
         position = mapped_file.wrote_position
+        if position + total > mapped_file.reserved_position:
+            self._reserve(mapped_file, position + total)
         wrote_offset = mapped_file.file_from_offset + position
         encode_record_into(
             mapped_file.buffer,
@@ -156,6 +168,15 @@ class CommitLog:
         )
         mapped_file.wrote_position = mapped_file.committed_position = position + total
         return AppendResult(AppendMessageStatus.PUT_OK, wrote_offset, total, store_timestamp, queue_offset)
+
+    @staticmethod
+    def _reserve(mapped_file: MappedFile, end_position: int) -> None:
+        try:
+            mapped_file.reserve(end_position)
+        except OSError as exc:
+            raise DiskFullError(
+                f"cannot reserve disk space in commit log segment {mapped_file.file_name}: {exc}"
+            ) from exc
 
     @staticmethod
     def _write_blank(mapped_file: MappedFile) -> None:

@@ -53,6 +53,34 @@ class StoreConfig:
     """``forceVerifyPropCRC``: on recovery a record without the ``__CRC32#`` property is invalid."""
     store_host: tuple[str, int] = ("127.0.0.1", 10911)
     """STOREHOSTADDRESS written into each record (IPv4 address, port); also the default BORNHOST."""
+    message_index_enable: bool = True
+    """``messageIndexEnable``: build the key index (``index/``) on the reput thread."""
+    max_hash_slot_num: int = 5_000_000
+    """``maxHashSlotNum``: hash slots per index file (4 bytes each)."""
+    max_index_num: int = 20_000_000
+    """``maxIndexNum``: index items per index file (20 bytes each); a file is 420,000,040 bytes (sparse)."""
+    warm_mapped_file_enable: bool = False
+    """``warmMapedFileEnable``: touch every 4 KiB page of a pre-allocated commit log segment (and madvise
+    WILLNEED) before it is used."""
+    file_reserved_time_h: float = 72
+    """``fileReservedTime``: hours a commit log segment is kept after its last write, unless the disk is
+    short of space."""
+    delete_when: str = "04"
+    """``deleteWhen``: hours of the day (``"04"``, ``"04;16"``) when expired segments are deleted."""
+    disk_max_used_space_ratio: int = 75
+    """``diskMaxUsedSpaceRatio`` (percent): above it, expired segments are deleted at any hour."""
+    disk_space_clean_forcibly_ratio: int = 85
+    """``diskSpaceCleanForciblyRatio`` (percent, clamped to 30..85): above it, segments no queue needs are
+    deleted whatever their age."""
+    disk_space_warning_level_ratio: int = 90
+    """``diskSpaceWarningLevelRatio`` (percent, clamped to 35..90): above it the disk is full: puts answer
+    ``SERVICE_NOT_AVAILABLE`` until space is freed."""
+    clean_resource_interval_ms: int = 10_000
+    """``cleanResourceInterval``: period of the clean service."""
+    delete_file_batch_max: int = 10
+    """``deleteFileBatchMax``: segments deleted per clean round at most."""
+    clean_file_forcibly_enable: bool = True
+    """``cleanFileForciblyEnable``: allow age-independent deletion above the clean-forcibly ratio."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "root_dir", Path(self.root_dir))
@@ -73,8 +101,44 @@ class StoreConfig:
             "max_message_size",
             "flush_consume_queue_interval_ms",
             "flush_consume_queue_thorough_interval_ms",
+            "max_hash_slot_num",
+            "clean_resource_interval_ms",
+            "delete_file_batch_max",
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive: {getattr(self, name)}")
         if self.flush_least_pages < 0 or self.flush_consume_queue_least_pages < 0:
             raise ValueError("least-pages settings must be >= 0")
+        if self.max_index_num < 2:
+            raise ValueError(f"max_index_num must be >= 2: {self.max_index_num}")
+        if self.file_reserved_time_h < 0:
+            raise ValueError(f"file_reserved_time_h must be >= 0: {self.file_reserved_time_h}")
+        parse_delete_when(self.delete_when)
+        for name in (
+            "disk_max_used_space_ratio",
+            "disk_space_clean_forcibly_ratio",
+            "disk_space_warning_level_ratio",
+        ):
+            if not 1 <= getattr(self, name) <= 99:
+                raise ValueError(f"{name} must be a percentage in 1..99: {getattr(self, name)}")
+
+    @property
+    def clean_forcibly_ratio(self) -> float:
+        """``diskSpaceCleanForciblyRatio`` as a fraction, clamped to 0.30..0.85 (RocketMQ)."""
+        return min(max(self.disk_space_clean_forcibly_ratio / 100, 0.30), 0.85)
+
+    @property
+    def warning_level_ratio(self) -> float:
+        """``diskSpaceWarningLevelRatio`` as a fraction, clamped to 0.35..0.90 (RocketMQ)."""
+        return min(max(self.disk_space_warning_level_ratio / 100, 0.35), 0.90)
+
+
+def parse_delete_when(delete_when: str) -> frozenset[int]:
+    """``"04;16"`` -> ``{4, 16}`` (RocketMQ ``UtilAll.isItTimeToDo``); raises ValueError on anything else."""
+    hours = set()
+    for part in str(delete_when).split(";"):
+        part = part.strip()
+        if not part.isdigit() or not 0 <= int(part) <= 23:
+            raise ValueError(f"delete_when must be ';'-separated hours 0..23: {delete_when!r}")
+        hours.add(int(part))
+    return frozenset(hours)

@@ -179,10 +179,23 @@ class ConsumeQueue:
         if mapped_file is None or mapped_file.is_full():
             mapped_file = self._next_file(expected)
         position = mapped_file.wrote_position
+        if position + CQ_STORE_UNIT_SIZE > mapped_file.reserved_position:
+            mapped_file.reserve(position + CQ_STORE_UNIT_SIZE)
         UNIT.pack_into(mapped_file.buffer, position, commit_log_offset, size, tag_hash)
         mapped_file.wrote_position = mapped_file.committed_position = position + CQ_STORE_UNIT_SIZE
         self.max_physic_offset = commit_log_offset + size
         return True
+
+    def prepare_write(self) -> None:
+        """Make sure the unit at :attr:`max_offset` can be written without touching the disk allocator: its
+        file exists and has disk blocks (the store calls this before appending to the commit log, so a full
+        disk refuses the put instead of failing the dispatch). Raises OSError."""
+        queue = self.mapped_file_queue
+        mapped_file = queue.last_mapped_file
+        if mapped_file is None or mapped_file.is_full():
+            mapped_file = self._next_file(queue.max_offset)
+        position = mapped_file.wrote_position
+        mapped_file.reserve(position + CQ_STORE_UNIT_SIZE)
 
     def _next_file(self, start_offset: int) -> MappedFile:
         queue = self.mapped_file_queue
@@ -198,6 +211,7 @@ class ConsumeQueue:
         if queue.mapped_files:
             queue.destroy()
         mapped_file = self._next_file(expected)
+        mapped_file.reserve(expected - mapped_file.file_from_offset + CQ_STORE_UNIT_SIZE)
         buffer = mapped_file.buffer
         for position in range(0, expected - mapped_file.file_from_offset, CQ_STORE_UNIT_SIZE):
             UNIT.pack_into(buffer, position, 0, PRE_BLANK_SIZE, 0)
@@ -254,6 +268,15 @@ class ConsumeQueue:
                     break
                 self.min_logic_offset += CQ_STORE_UNIT_SIZE
         self._update_max_physic_offset()
+
+    def delete_first_files(self, count: int) -> list[MappedFile]:
+        """Detach the ``count`` oldest files (never the last) for retention and move ``min_offset`` to the
+        first unit still held; returns the detached files for the caller to destroy."""
+        detached = self.mapped_file_queue.detach_first(count)
+        first = self.mapped_file_queue.first_mapped_file
+        if detached and first is not None:
+            self.min_logic_offset = max(self.min_logic_offset, first.file_from_offset)
+        return detached
 
     def _update_max_physic_offset(self) -> None:
         last = self.get_unit(self.max_offset - 1) if self.max_offset > self.min_offset else None

@@ -33,9 +33,10 @@ from quasar.storage.record import (
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class DispatchRequest:
-    """One commit log record as the dispatchers see it (RocketMQ ``DispatchRequest``).
+    """One commit log record as the dispatchers see it (RocketMQ ``DispatchRequest``). Not frozen (built per
+    record on the reput path, where a frozen dataclass's ``__init__`` costs too much); treat it as read-only.
 
     ``commit_log_offset`` and ``size`` are in bytes, ``store_timestamp`` / ``born_timestamp`` in ms since the
     epoch, ``queue_offset`` a message count. ``keys`` is the ``KEYS`` property (space-separated), ``uniq_key``
@@ -53,6 +54,9 @@ class DispatchRequest:
     uniq_key: str = ""
     sys_flag: int = 0
     born_timestamp: int = 0
+    body: memoryview | None = None
+    """The record's body (a view of the mapped commit log) for dispatchers that read it (the key extractor
+    of the index); None on the inline put path."""
 
     @classmethod
     def from_record(cls, record: StoredRecord) -> DispatchRequest:
@@ -78,6 +82,7 @@ class DispatchRequest:
             uniq_key=properties.get(PROPERTY_UNIQ_KEY, ""),
             sys_flag=record.sys_flag,
             born_timestamp=record.born_timestamp,
+            body=record.body,
         )
 
 

@@ -213,8 +213,8 @@ class GroupCommitService(_ServiceThread):
                 flushed = self._flush()
             except Exception as exc:
                 log.error("group commit: fdatasync failed, refusing further writes: %r", exc)
+                self._on_error(exc)  # first: the store refuses writes before any waiter learns of the failure
                 self._post(self._on_failed)
-                self._on_error(exc)
                 return
             if flushed != posted:  # synced by us, or by another flusher (checkpoint round, close)
                 self.flush_rounds += 1

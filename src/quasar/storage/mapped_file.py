@@ -36,6 +36,18 @@ fdatasync = getattr(os, "fdatasync", os.fsync)
 """The durability syscall (module attribute so tests can count calls)."""
 
 
+RESERVE_CHUNK_SIZE = 4 * 1024 * 1024
+"""Bytes of disk reserved (``posix_fallocate``) at a time ahead of the write position."""
+
+
+def reserve_space(fd: int, start: int, end: int) -> None:
+    """Allocate disk blocks for bytes ``[start, end)`` of the file (``posix_fallocate``), so that writes
+    through the mapping there can never hit a full disk: a store into a sparse page with no space left is a
+    SIGBUS, not an error. Raises OSError (``ENOSPC`` when the disk is full)."""
+    if end > start:
+        os.posix_fallocate(fd, start, end - start)
+
+
 def offset_to_file_name(offset: int) -> str:
     """``1073741824`` -> ``"00000000001073741824"`` (RocketMQ ``UtilAll.offset2FileName``)."""
     if offset < 0:
@@ -79,6 +91,7 @@ class MappedFile:
         "flushed_position",
         "needs_dir_sync",
         "path",
+        "reserved_position",
         "wrote_position",
     )
 
@@ -114,6 +127,8 @@ class MappedFile:
         self.wrote_position = 0
         self.committed_position = 0
         self.flushed_position = 0
+        self.reserved_position = 0
+        """Bytes from the file start known to have disk blocks (see :meth:`reserve`)."""
 
     def __repr__(self) -> str:
         return (
@@ -136,6 +151,16 @@ class MappedFile:
     def remaining(self) -> int:
         """Bytes still free at the end of the file."""
         return self.file_size - self.wrote_position
+
+    def reserve(self, end_position: int) -> None:
+        """Make sure bytes up to ``end_position`` have disk blocks, allocating in 4 MiB steps
+        (:func:`reserve_space`). Call it before writing past :attr:`reserved_position`. Raises OSError
+        (``ENOSPC``): nothing was written then."""
+        if end_position <= self.reserved_position:
+            return
+        end = min(self.file_size, max(end_position, self.reserved_position + RESERVE_CHUNK_SIZE))
+        reserve_space(self._fd, self.reserved_position, end)
+        self.reserved_position = end
 
     def set_positions(self, position: int) -> None:
         """Set wrote, committed and flushed positions (load and recovery only)."""

@@ -13,9 +13,13 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from quasar.storage.errors import StoreLoadError
 from quasar.storage.mapped_file import MappedFile, file_name_to_offset, fsync_dir, offset_to_file_name
+
+if TYPE_CHECKING:
+    from quasar.storage.allocate import AllocateMappedFileService
 
 log = logging.getLogger(__name__)
 
@@ -23,12 +27,17 @@ log = logging.getLogger(__name__)
 class MappedFileQueue:
     """Segment files of ``mapped_file_size`` bytes in ``store_path`` (created if missing)."""
 
-    def __init__(self, store_path: Path, mapped_file_size: int) -> None:
+    def __init__(
+        self, store_path: Path, mapped_file_size: int, *, allocator: AllocateMappedFileService | None = None
+    ) -> None:
+        """``allocator``: when given, new files come from it and the one after is pre-allocated in the
+        background (the commit log); otherwise they are created on the caller's thread."""
         if mapped_file_size <= 0:
             raise ValueError(f"mapped file size must be positive: {mapped_file_size}")
         self.store_path = store_path
         self.mapped_file_size = mapped_file_size
         self._files: list[MappedFile] = []
+        self.allocator = allocator
         self.flushed_where = 0
         """Absolute offset up to which every file is fdatasynced."""
 
@@ -41,12 +50,19 @@ class MappedFileQueue:
         """Map every existing segment file; all are marked full until recovery sets the real end (blocking).
 
         Raises :class:`StoreLoadError` for a file whose name is not 20 digits, whose size differs from
-        ``mapped_file_size`` (a shorter LAST file is extended with zeros instead: a crash while creating it),
+        ``mapped_file_size`` (a shorter LAST file, or a shorter file among others of the right size, is
+        extended with zeros instead: a crash while creating it, or a file truncated by hand),
         whose start is not a multiple of it, or when the files are not contiguous.
         """
         if not self.store_path.is_dir():
             return
         names = sorted(p.name for p in self.store_path.iterdir())
+        sizes = {name: (self.store_path / name).stat().st_size for name in names}
+        truncated = set()
+        if any(size == self.mapped_file_size for size in sizes.values()):
+            # a short file among full ones was cut by hand (or by a crash): extended with zeros, which readers
+            # report and skip; when no file has the configured size, the configuration changed: an error
+            truncated = {name for name, size in sizes.items() if size < self.mapped_file_size}
         files: list[MappedFile] = []
         try:
             for name in names:
@@ -64,7 +80,7 @@ class MappedFileQueue:
                     self.store_path / name,
                     self.mapped_file_size,
                     create=False,
-                    extend_short=name == names[-1],
+                    extend_short=name == names[-1] or name in truncated,
                 )
                 mapped_file.set_positions(self.mapped_file_size)
                 files.append(mapped_file)
@@ -118,7 +134,8 @@ class MappedFileQueue:
         return None
 
     def get_last_mapped_file(self, start_offset: int = 0, *, need_create: bool = True) -> MappedFile | None:
-        """The file to write into: the last one unless it is full, else a new one (created synchronously).
+        """The file to write into: the last one unless it is full, else a new one (from the allocator, or
+        created synchronously).
 
         ``start_offset`` only matters when no file exists yet. Raises OSError when creating the file fails.
         """
@@ -130,9 +147,13 @@ class MappedFileQueue:
         size = self.mapped_file_size
         create_offset = files[-1].end_offset if files else start_offset - start_offset % size
         self.store_path.mkdir(parents=True, exist_ok=True)
-        mapped_file = MappedFile(
-            self.store_path / offset_to_file_name(create_offset), self.mapped_file_size, create=True
-        )
+        path = self.store_path / offset_to_file_name(create_offset)
+        allocator = self.allocator
+        if allocator is not None:
+            mapped_file = allocator.take(path)
+            allocator.pre_allocate(self.store_path / offset_to_file_name(create_offset + size))
+        else:
+            mapped_file = MappedFile(path, self.mapped_file_size, create=True)
         if not files:
             self.flushed_where = create_offset
         self._files = [*files, mapped_file]
@@ -158,6 +179,16 @@ class MappedFileQueue:
     def has_dirty_data(self) -> bool:
         """True when bytes were written past ``flushed_where``."""
         return self.max_offset > self.flushed_where
+
+    def detach_first(self, count: int) -> list[MappedFile]:
+        """Remove the ``count`` oldest files from the list (never the last one) and return them, still open:
+        the caller destroys them once no reader can be using them (retention). Copy-on-write."""
+        files = self._files
+        count = max(0, min(count, len(files) - 1))
+        if not count:
+            return []
+        self._files = files[count:]
+        return files[:count]
 
     # -- truncate / destroy ----------------------------------------------------------------------------------
 

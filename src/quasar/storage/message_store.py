@@ -1,23 +1,35 @@
-"""MessageStore: the storage facade the managed ledger uses (RocketMQ ``DefaultMessageStore``, first cut).
+"""MessageStore: the storage facade the managed ledger uses (RocketMQ ``DefaultMessageStore``).
 
 Layout under ``config.root_dir`` (semantics.md A2)::
 
     commitlog/<20-digit start offset>                       CommitLog segments
     consumequeue/<topic dir>/<queue id>/<20-digit offset>   ConsumeQueue files (20-byte units)
+    index/<yyyyMMddHHmmssSSS>                               IndexFiles (key -> commit log offset)
     checkpoint                                              StoreCheckpoint (4 KiB)
     abort                                                   present while open (unclean exit marker)
     lock                                                    flock'ed while open (one store per directory)
 
-Life cycle: ``open()`` (blocking: load files, recover) -> ``await start()`` (flush threads bound to the
-running loop) -> ``put`` / ``wait_flushed`` / ``get`` on the loop thread -> ``await close()``.
+Life cycle: ``open()`` (blocking: load files, recover, log the recovery time) -> ``await start()`` (threads:
+group commit or periodic flush, consume queue flush, reput, clean; the segment allocator starts at open) ->
+``put`` / ``wait_flushed`` / ``get`` / ``query`` on the loop thread -> ``await close()``.
+
+Threads: flush (``flush.py``), reput (``reput.py``: feeds the index, parses keys off the loop), allocate
+(``allocate.py``: the next commit log segment is created before it is needed), clean (``clean_service.py``:
+retention and the disk guard).
 
 Write path: ``put`` assigns the queue's next queue offset, appends one record to the commit log (one memcpy of
-the body into the mapped segment) and dispatches it inline to every :class:`Dispatcher` (the consume queue
-builder first), so the unit exists when ``put`` returns. It does not wait for the disk: ``wait_flushed`` does
-(SYNC_FLUSH: the group commit's fdatasync; ASYNC_FLUSH: at once). Futures from ``wait_flushed`` complete in
-commit log offset order.
+the body into the mapped segment, after reserving disk blocks) and writes the consume queue unit inline, so
+the unit exists when ``put`` returns; the index follows on the reput thread. ``put`` does not wait for the
+disk: ``wait_flushed`` does (SYNC_FLUSH: the group commit's fdatasync; ASYNC_FLUSH: at once). Futures from
+``wait_flushed`` complete in commit log offset order.
 
-Recovery at ``open()`` is :func:`quasar.storage.recovery.recover` (semantics.md A6).
+**Read visibility guarantee** (what the managed ledger relies on): when ``wait_flushed(end)`` resolves for a
+put, that put's consume queue unit exists and ``get`` returns the record (the unit is written before ``put``
+returns, so before the future can exist). Query by key may lag by a few milliseconds (reput thread).
+
+Read path and query by key: :mod:`quasar.storage.read_path`. Recovery at ``open()``:
+:func:`quasar.storage.recovery.recover` (semantics.md A6) for the commit log and consume queues, then the
+index resumes from :meth:`IndexService.recover_from`.
 """
 
 from __future__ import annotations
@@ -31,20 +43,23 @@ import threading
 import time
 from collections.abc import Awaitable, Mapping
 
+from quasar.storage.allocate import AllocateMappedFileService
 from quasar.storage.checkpoint import StoreCheckpoint, create_abort_file, remove_abort_file
+from quasar.storage.clean_service import CleanService, DiskUsage, StoreRetention, statvfs_disk_usage
 from quasar.storage.commit_log import CommitLog
 from quasar.storage.config import StoreConfig
-from quasar.storage.consume_queue import UNIT
 from quasar.storage.dispatch import ConsumeQueueDispatcher, ConsumeQueueStore, Dispatcher, DispatchRequest
 from quasar.storage.errors import (
+    DiskFullError,
     InvalidMessageError,
-    OffsetOutOfRangeError,
     StoreClosedError,
     StoreLockedError,
     StoreNotWritableError,
 )
 from quasar.storage.flush import FlushDiskType, GroupCommitService, PeriodicFlushService
-from quasar.storage.mapped_file import fsync_dir
+from quasar.storage.index_service import IndexService, KeyExtractor
+from quasar.storage.mapped_file import fsync_dir, offset_to_file_name
+from quasar.storage.read_path import StoreReader
 from quasar.storage.record import (
     MAX_INT,
     MAX_TOPIC_LENGTH,
@@ -54,7 +69,13 @@ from quasar.storage.record import (
     ipv4_host,
 )
 from quasar.storage.recovery import RecoveryResult, recover
-from quasar.storage.results import GetResult, PutResult, StoredMessage, StoreStatistics, decode_stored_message
+from quasar.storage.reput import ReputMessageService
+from quasar.storage.results import (
+    GetResult,
+    PutResult,
+    StoredMessage,
+    StoreStatistics,
+)
 from quasar.storage.status import AppendMessageStatus, GetStatus, PutStatus
 
 __all__ = [
@@ -71,7 +92,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_GET_BYTES = 4 * 1024 * 1024
 _APPEND_TO_PUT = {
     AppendMessageStatus.MESSAGE_SIZE_EXCEEDED: PutStatus.MESSAGE_ILLEGAL,
     AppendMessageStatus.PROPERTIES_SIZE_EXCEEDED: PutStatus.PROPERTIES_SIZE_EXCEEDED,
@@ -86,22 +106,57 @@ class _State:
     CLOSED = "closed"
 
 
-class MessageStore:
+class MessageStore(StoreReader, StoreRetention):
     """The RocketMQ-style store: one commit log, consume queues, checkpoint, flush services."""
 
-    def __init__(self, config: StoreConfig) -> None:
+    def __init__(
+        self,
+        config: StoreConfig,
+        *,
+        key_extractor: KeyExtractor | None = None,
+        disk_usage: DiskUsage = statvfs_disk_usage,
+    ) -> None:
+        """``key_extractor(topic, body) -> keys`` adds message keys found in a record's body to the index
+        (called on the reput thread, never on the event loop; see :mod:`quasar.storage.index_service`).
+        ``disk_usage(path) -> ratio`` measures the disk for the clean service and the disk guard
+        (:mod:`quasar.storage.clean_service`; a seam for tests)."""
         self.config = config
         root = config.root_dir
+        self.allocator = AllocateMappedFileService(
+            config.commit_log_file_size, warm=config.warm_mapped_file_enable
+        )
         self.commit_log = CommitLog(
             root / "commitlog",
             config.commit_log_file_size,
             store_host=ipv4_host(*config.store_host),
             append_prop_crc=config.enabled_append_prop_crc,
+            allocator=self.allocator,
         )
         self.consume_queues = ConsumeQueueStore(root / "consumequeue", config.consume_queue_file_size)
         self._consume_queue_dispatcher = ConsumeQueueDispatcher(self.consume_queues)
         self.dispatchers: list[Dispatcher] = [self._consume_queue_dispatcher]
-        """Derived stores fed by every put and by recovery; append more before ``open()``."""
+        """Derived stores fed inline by every put and by recovery; append more before ``open()``."""
+        self.index_service = IndexService(
+            root / "index",
+            lambda: self.checkpoint,
+            hash_slot_num=config.max_hash_slot_num,
+            index_num=config.max_index_num,
+            key_extractor=key_extractor,
+        )
+        self.async_dispatchers: list[Dispatcher] = [self.index_service] if config.message_index_enable else []
+        """Derived stores fed by the reput thread (:mod:`quasar.storage.reput`); append more before
+        ``open()``. Each must be idempotent and skip records it already holds."""
+        self.reput: ReputMessageService | None = None
+        self.disk_usage = disk_usage
+        self.queue_min_offsets: dict[tuple[str, int], int] = {}
+        """Per (topic, queue id): units below this queue offset are not needed (``set_queue_min_offset``)."""
+        self.disk_full = False
+        """The disk guard refuses puts (disk use above ``disk_space_warning_level_ratio``); set by the clean
+        service."""
+        self._clean_service = CleanService(self, config.clean_resource_interval_ms)
+        self.clean_lock = threading.Lock()
+        self.disk_full_refusals = 0
+        """Puts refused because the disk is full (guard ratio or ENOSPC)."""
         self.checkpoint: StoreCheckpoint | None = None
         self.last_exit_ok: bool | None = None
         """After ``open()``: False when the abort file showed an unclean exit."""
@@ -119,6 +174,9 @@ class MessageStore:
         """(commit log offset up to which records are dispatched, consume queue units written so far): one
         tuple, replaced atomically by the loop thread and read by the flush thread."""
         self._last_store_timestamp = 0
+        self._reput_failed = False
+        self.corrupt_records_skipped = 0
+        """Records skipped by ``get`` because their body CRC did not match (bit rot)."""
         self._flush_lock = threading.Lock()
         self._consume_queue_flush_lock = threading.Lock()
 
@@ -152,8 +210,31 @@ class MessageStore:
             self.checkpoint = StoreCheckpoint(root / "checkpoint")
             self.commit_log.load()
             self.consume_queues.load()
+            if self.config.message_index_enable:
+                self.index_service.load(last_exit_ok=self.last_exit_ok)
+            started = time.monotonic()
             self._recover()
+            reput_from = self.index_service.recover_from(
+                self.commit_log.min_offset, last_exit_ok=self.last_exit_ok
+            )
+            self.reput = ReputMessageService(
+                self.commit_log,
+                self.async_dispatchers,
+                min(reput_from, self.commit_log.max_offset),
+                on_error=self._on_reput_error,
+            )
+            log.info(
+                "message store %s recovered in %.1f ms (%s exit; %s)",
+                root,
+                (time.monotonic() - started) * 1000,
+                "clean" if self.last_exit_ok else "UNCLEAN",
+                self.recovery,
+            )
             create_abort_file(root / "abort")
+            self.allocator.start()
+            last = self.commit_log.mapped_file_queue.last_mapped_file
+            if last is not None:
+                self.allocator.pre_allocate(last.path.with_name(offset_to_file_name(last.end_offset)))
         except BaseException:
             self._release_files()
             raise
@@ -193,6 +274,9 @@ class MessageStore:
             on_error=self._on_flush_error,
         )
         self._consume_queue_flusher.start()
+        if self.reput is not None and self.async_dispatchers:
+            self.reput.start()
+        self._clean_service.start()
 
     async def close(self) -> None:
         """Stop the flush threads, flush everything, write the checkpoint, remove the abort file (the blocking
@@ -231,12 +315,20 @@ class MessageStore:
             self._release_files()
 
     def _shutdown_and_flush(self) -> int:
-        for service in (self._group_commit, self._commit_log_flusher, self._consume_queue_flusher):
+        for service in (
+            self._clean_service,
+            self._group_commit,
+            self._commit_log_flusher,
+            self._consume_queue_flusher,
+            self.reput,
+        ):
             if service is not None:
                 service.shutdown()
         if not self._writable:
             return self.commit_log.flushed_offset
         try:
+            if self.reput is not None and self.async_dispatchers and not self._reput_failed:
+                self.reput.do_reput()  # dispatch what is left (RocketMQ: dispatchBehindBytes() == 0)
             self.flush_consume_queues(0)
         except BaseException:
             self._writable = False  # the abort file stays: the next open recovers abnormally
@@ -245,6 +337,8 @@ class MessageStore:
         return self.commit_log.flushed_offset
 
     def _release_files(self) -> None:
+        self.allocator.shutdown()
+        self.index_service.close()
         self.commit_log.close()
         self.consume_queues.close()
         if self.checkpoint is not None:
@@ -281,6 +375,9 @@ class MessageStore:
                 return
             dispatched, units = self._dispatch_mark  # every unit of a record below is in the mapped files
             timestamp = self._last_store_timestamp
+            reput = self.reput
+            if reput is not None and self.async_dispatchers and not self._reput_failed:
+                self.index_service.flush(reput.reput_from_offset)
             if self._flush_commit_log(0) < dispatched:
                 raise StoreNotWritableError(f"commit log flush stopped short of offset {dispatched}")
             self.consume_queues.flush(0)
@@ -299,6 +396,10 @@ class MessageStore:
         self._check_open()
         self.flush_consume_queues(0)
         return self.commit_log.flushed_offset
+
+    def _on_reput_error(self, exc: BaseException) -> None:
+        log.error("message store: the reput service failed; the index stops growing until reopened: %r", exc)
+        self._reput_failed = True
 
     def _on_flush_error(self, exc: BaseException) -> None:
         log.error("message store: flush failed, the store refuses writes from now on: %r", exc)
@@ -347,7 +448,9 @@ class MessageStore:
         """
         if self._state is not _State.OPEN:
             raise StoreClosedError(f"the message store is {self._state}")
-        if not self._writable:
+        if not self._writable or self.disk_full:
+            if self.disk_full:
+                self.disk_full_refusals += 1
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, -1, -1, 0, 0)
         topic_bytes = self._topic_bytes.get(topic) if type(topic) is str else None
         if topic_bytes is None:
@@ -372,6 +475,12 @@ class MessageStore:
             encoded_properties = encode_properties(properties, tag_hash)
             queue = self.consume_queues.find_or_create(topic, queue_id)
             queue_offset = queue.max_offset
+            last_unit_file = queue.mapped_file_queue.last_mapped_file
+            if (
+                last_unit_file is None
+                or last_unit_file.wrote_position + 20 > last_unit_file.reserved_position
+            ):
+                queue.prepare_write()  # a new consume queue file, or more disk blocks, before the append
             result = self.commit_log.append(
                 topic=topic_bytes,
                 queue_id=queue_id,
@@ -383,22 +492,30 @@ class MessageStore:
             )
         except InvalidMessageError:
             return PutResult(PutStatus.MESSAGE_ILLEGAL, -1, -1, 0, 0)
+        except (DiskFullError, OSError) as exc:  # no space for the record or its unit: nothing was written
+            self.disk_full_refusals += 1
+            log.error("message store: put refused, disk full: %s", exc)
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, -1, -1, 0, 0)
         if result.status is not AppendMessageStatus.PUT_OK:
             return PutResult(_APPEND_TO_PUT.get(result.status, PutStatus.UNKNOWN_ERROR), -1, -1, 0, 0)
-        request = DispatchRequest(
-            topic=topic,
-            queue_id=queue_id,
-            commit_log_offset=result.wrote_offset,
-            size=result.wrote_bytes,
-            tag_hash=tag_hash,
-            store_timestamp=store_timestamp,
-            queue_offset=queue_offset,
-            keys=properties.get(PROPERTY_KEYS, "") if properties else "",
-            uniq_key=properties.get(PROPERTY_UNIQ_KEY, "") if properties else "",
-        )
         try:
-            for dispatcher in self.dispatchers:
-                dispatcher.dispatch(request)
+            if len(self.dispatchers) == 1 and self.dispatchers[0] is self._consume_queue_dispatcher:
+                # the common case: only the consume queue is dispatched inline; skip the request object
+                queue.put_unit(queue_offset, result.wrote_offset, result.wrote_bytes, tag_hash)
+            else:
+                request = DispatchRequest(
+                    topic=topic,
+                    queue_id=queue_id,
+                    commit_log_offset=result.wrote_offset,
+                    size=result.wrote_bytes,
+                    tag_hash=tag_hash,
+                    store_timestamp=store_timestamp,
+                    queue_offset=queue_offset,
+                    keys=properties.get(PROPERTY_KEYS, "") if properties else "",
+                    uniq_key=properties.get(PROPERTY_UNIQ_KEY, "") if properties else "",
+                )
+                for dispatcher in self.dispatchers:
+                    dispatcher.dispatch(request)
         except Exception as exc:
             self._writable = False
             raise StoreNotWritableError(
@@ -465,117 +582,14 @@ class MessageStore:
         status = await self.wait_flushed(result.end_offset)
         return result if status is PutStatus.PUT_OK else dataclasses.replace(result, status=status)
 
-    # -- read path -------------------------------------------------------------------------------------------
-
-    def get(
-        self,
-        topic: str,
-        queue_id: int,
-        queue_offset: int,
-        max_count: int,
-        max_bytes: int = DEFAULT_MAX_GET_BYTES,
-    ) -> GetResult:
-        """Up to ``max_count`` messages from ``queue_offset`` on, at most ``max_bytes`` of records (the first
-        message is always returned whole), bodies as zero-copy memoryviews (RocketMQ ``getMessage``; statuses
-        as in :class:`GetStatus`). Raises ValueError for ``max_count < 1``, :class:`CorruptRecordError` when a
-        unit points at something that is not its record.
-        """
-        self._check_open()
-        if max_count < 1:
-            raise ValueError(f"max_count must be >= 1: {max_count}")
-        queue = self.consume_queues.get(topic, queue_id)
-        if queue is None:
-            return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, [], 0, 0, 0)
-        min_offset, max_offset = queue.min_offset, queue.max_offset
-        if max_offset == 0:
-            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, [], 0, min_offset, max_offset)
-        if queue_offset < min_offset:
-            return GetResult(GetStatus.OFFSET_TOO_SMALL, [], min_offset, min_offset, max_offset)
-        if queue_offset == max_offset:
-            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, [], queue_offset, min_offset, max_offset)
-        if queue_offset > max_offset:
-            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, [], max_offset, min_offset, max_offset)
-        messages: list[StoredMessage] = []
-        offset = queue_offset
-        total_bytes = 0
-        while len(messages) < max_count and offset < max_offset:
-            units = queue.read_units(offset, max_count - len(messages))
-            if units is None:
-                if not messages:
-                    next_offset = queue.next_file_queue_offset(offset)
-                    return GetResult(GetStatus.OFFSET_FOUND_NULL, [], next_offset, min_offset, max_offset)
-                break
-            for commit_log_offset, size, _ in UNIT.iter_unpack(units):
-                if total_bytes and total_bytes + size > max_bytes:
-                    return GetResult(GetStatus.FOUND, messages, offset, min_offset, max_offset)
-                message = self._read_message(commit_log_offset, size)
-                if message is None:
-                    if messages:
-                        return GetResult(GetStatus.FOUND, messages, offset, min_offset, max_offset)
-                    return GetResult(GetStatus.MESSAGE_WAS_REMOVING, [], offset + 1, min_offset, max_offset)
-                messages.append(message)
-                total_bytes += size
-                offset += 1
-        return GetResult(GetStatus.FOUND, messages, offset, min_offset, max_offset)
-
-    def _read_message(self, commit_log_offset: int, size: int) -> StoredMessage | None:
-        """Decode the record a unit points at; None when the commit log no longer holds it."""
-        mapped_file = self.commit_log.mapped_file_queue.find_mapped_file_by_offset(commit_log_offset)
-        if mapped_file is None:
-            return None
-        return decode_stored_message(
-            mapped_file.buffer,
-            commit_log_offset - mapped_file.file_from_offset,
-            mapped_file.wrote_position,
-            commit_log_offset,
-            size,
-        )
-
-    def get_by_offset(self, commit_log_offset: int, size: int) -> StoredMessage:
-        """The record at ``commit_log_offset`` of ``size`` bytes (e.g. from a consume queue unit or a
-        PutResult).
-
-        Raises :class:`OffsetOutOfRangeError` outside the commit log, :class:`CorruptRecordError` when no
-        record of that size starts there.
-        """
-        self._check_open()
-        message = self._read_message(commit_log_offset, size)
-        if message is None:
-            raise OffsetOutOfRangeError(
-                f"commit log offset {commit_log_offset} is outside "
-                f"[{self.commit_log.min_offset}, {self.commit_log.max_offset})"
-            )
-        return message
-
-    # -- queries ---------------------------------------------------------------------------------------------
-
-    def max_queue_offset(self, topic: str, queue_id: int) -> int:
-        """The next queue offset to be written (0 for an unknown queue)."""
-        queue = self.consume_queues.get(topic, queue_id)
-        return queue.max_offset if queue is not None else 0
-
-    def min_queue_offset(self, topic: str, queue_id: int) -> int:
-        """The first queue offset still held (0 for an unknown queue)."""
-        queue = self.consume_queues.get(topic, queue_id)
-        return queue.min_offset if queue is not None else 0
-
-    def queues(self) -> list[tuple[str, int]]:
-        """Every (topic, queue id) with a consume queue, sorted."""
-        return self.consume_queues.queues()
+    @property
+    def is_open(self) -> bool:
+        return self._state is _State.OPEN
 
     @property
-    def min_commit_log_offset(self) -> int:
-        return self.commit_log.min_offset
-
-    @property
-    def max_commit_log_offset(self) -> int:
-        """End of the written commit log (bytes)."""
-        return self.commit_log.max_offset
-
-    @property
-    def flushed_commit_log_offset(self) -> int:
-        """End of the fdatasynced commit log (bytes)."""
-        return self.commit_log.flushed_offset
+    def dispatched_commit_log_offset(self) -> int:
+        """End of the records whose consume queue units are written (bytes)."""
+        return self._dispatch_mark[0]
 
     @property
     def writable(self) -> bool:
@@ -593,4 +607,6 @@ class MessageStore:
             group_commit_rounds=group_commit.flush_rounds if group_commit is not None else 0,
             pending_flush_waiters=group_commit.pending if group_commit is not None else 0,
             writable=self._writable,
+            dispatch_behind_bytes=self.reput.dispatch_behind_bytes if self.reput is not None else 0,
+            disk_full=self.disk_full,
         )

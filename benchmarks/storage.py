@@ -1,0 +1,211 @@
+"""Storage benchmark: appends to the MessageStore directly, beside a sequential-write baseline of the same disk.
+
+Cases, each on a fresh store in ``--dir``:
+
+| case            | what is timed                                                                          |
+|-----------------|----------------------------------------------------------------------------------------|
+| ASYNC <size>    | ``put`` of N bodies in a loop (ASYNC_FLUSH: flush thread every 500 ms), then the final  |
+|                 | ``flush()`` (fdatasync of everything)                                                   |
+| SYNC <size>     | ``--producers`` asyncio tasks, each ``await put_and_wait`` in a loop (SYNC_FLUSH, group |
+|                 | commit: every append waits for the fdatasync covering it)                              |
+
+Columns: appends/s; body MB/s (10^6 B of bodies per second); log MB/s (commit log bytes: bodies plus the
+~110-130 bytes of record header, topic and properties per record); ratio = log MB/s / baseline MB/s.
+
+Baseline: ``fio --rw=write --bs=1M --ioengine=sync --end_fsync=1`` (buffered sequential write of the same
+number of bytes, then fsync; the same write-then-sync pattern as the store), or, without fio,
+``dd bs=1M conv=fdatasync``. Issue 3's targets: ASYNC 1 KiB >= 50 % of the baseline, SYNC 1 KiB with 64
+producers >= 25 %. Numbers are for comparison on one machine, never asserted by tests.
+
+Usage: ``python benchmarks/storage.py [--dir DIR] [--mib 256] [--sizes 100,1024] [--producers 64]``
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from quasar.storage import FlushDiskType, MessageStore, PutStatus, StoreConfig
+
+TOPIC = "bench"
+
+
+@dataclass
+class Row:
+    case: str
+    appends: int
+    seconds: float
+    body_bytes: int
+    log_bytes: int
+
+    @property
+    def appends_per_s(self) -> float:
+        return self.appends / self.seconds
+
+    @property
+    def body_mb_s(self) -> float:
+        return self.body_bytes / self.seconds / 1e6
+
+    @property
+    def log_mb_s(self) -> float:
+        return self.log_bytes / self.seconds / 1e6
+
+
+def baseline_mb_s(directory: Path, total_bytes: int) -> tuple[str, float]:
+    """Sequential write bandwidth (10^6 B/s) of ``directory``'s disk: fio if installed, else dd."""
+    target = directory / "baseline.bin"
+    mib = max(1, total_bytes // (1024 * 1024))
+    try:
+        if shutil.which("fio"):
+            out = subprocess.run(
+                [
+                    "fio",
+                    "--name=seqwrite",
+                    f"--filename={target}",
+                    "--rw=write",
+                    "--bs=1M",
+                    f"--size={mib}M",
+                    "--ioengine=sync",
+                    "--end_fsync=1",
+                    "--output-format=json",
+                ],
+                capture_output=True,
+                check=True,
+                text=True,
+            ).stdout
+            job = json.loads(out[out.index("{") :])["jobs"][0]["write"]
+            return "fio seq write 1M + fsync", job["bw_bytes"] / 1e6
+        started = time.perf_counter()
+        subprocess.run(
+            ["dd", "if=/dev/zero", f"of={target}", "bs=1M", f"count={mib}", "conv=fdatasync"],
+            capture_output=True,
+            check=True,
+        )
+        return "dd bs=1M conv=fdatasync", mib * 1024 * 1024 / (time.perf_counter() - started) / 1e6
+    finally:
+        target.unlink(missing_ok=True)
+
+
+def _store(directory: Path, flush: FlushDiskType, segment_mib: int) -> MessageStore:
+    config = StoreConfig(
+        root_dir=directory,
+        commit_log_file_size=segment_mib * 1024 * 1024,
+        flush_disk_type=flush,
+        message_index_enable=False,
+    )
+    store = MessageStore(config)
+    store.open()
+    return store
+
+
+async def run_async(directory: Path, size: int, count: int, segment_mib: int) -> Row:
+    store = _store(directory, FlushDiskType.ASYNC_FLUSH, segment_mib)
+    await store.start()
+    body = os.urandom(size)
+    put = store.put
+    loop = asyncio.get_running_loop()
+    started = time.perf_counter()
+    for _ in range(count):
+        result = put(TOPIC, 0, body)
+    await loop.run_in_executor(None, store.flush)
+    elapsed = time.perf_counter() - started
+    assert result.status is PutStatus.PUT_OK, result
+    log_bytes = store.max_commit_log_offset - store.min_commit_log_offset
+    await store.close()
+    return Row(f"ASYNC {size} B", count, elapsed, size * count, log_bytes)
+
+
+async def run_sync(directory: Path, size: int, count: int, producers: int, segment_mib: int) -> Row:
+    store = _store(directory, FlushDiskType.SYNC_FLUSH, segment_mib)
+    await store.start()
+    body = os.urandom(size)
+    per_producer = count // producers
+
+    async def producer(queue_id: int) -> None:
+        put_and_wait = store.put_and_wait
+        for _ in range(per_producer):
+            result = await put_and_wait(TOPIC, queue_id, body)
+            if result.status is not PutStatus.PUT_OK:
+                raise RuntimeError(result)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(producer(i % 8) for i in range(producers)))
+    elapsed = time.perf_counter() - started
+    log_bytes = store.max_commit_log_offset - store.min_commit_log_offset
+    rounds = store.statistics().group_commit_rounds
+    await store.close()
+    row = Row(
+        f"SYNC {size} B x{producers}",
+        per_producer * producers,
+        elapsed,
+        size * per_producer * producers,
+        log_bytes,
+    )
+    row.case += f" ({row.appends / max(rounds, 1):.0f}/fsync)"
+    return row
+
+
+@click.command()
+@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default=None)
+@click.option("--mib", default=256, show_default=True, help="Body MiB written per case.")
+@click.option("--sizes", default="100,1024", show_default=True)
+@click.option("--producers", default=64, show_default=True)
+@click.option("--segment-mib", default=128, show_default=True, help="Commit log segment size.")
+def main(directory: Path | None, mib: int, sizes: str, producers: int, segment_mib: int) -> None:
+    """Run the storage benchmark and print one table."""
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    parent = Path(tempfile.mkdtemp(prefix="quasar-bench-", dir=directory))
+    console = Console()
+    try:
+        total = mib * 1024 * 1024
+        tool, base = baseline_mb_s(parent, total)
+        rows: list[Row] = []
+        for size in (int(s) for s in re.split(r"[,\s]+", sizes) if s):
+            count = max(1000, total // size)
+            if size < 512:
+                count = min(count, 1_000_000)  # per-append cost dominates: cap the run time
+            for case in ("async", "sync"):
+                case_dir = parent / f"{case}-{size}"
+                if case == "async":
+                    row = asyncio.run(run_async(case_dir, size, count, segment_mib))
+                else:
+                    row = asyncio.run(run_sync(case_dir, size, count // 4, producers, segment_mib))
+                rows.append(row)
+                shutil.rmtree(case_dir, ignore_errors=True)
+                console.print(f"{row.case}: {row.appends_per_s:,.0f} appends/s, {row.log_mb_s:,.1f} MB/s")
+        table = Table(title=f"MessageStore appends vs. baseline {tool}: {base:,.1f} MB/s ({parent})")
+        for column in ("case", "appends", "appends/s", "body MB/s", "log MB/s", "ratio"):
+            table.add_column(column, justify="left" if column == "case" else "right")
+        for row in rows:
+            table.add_row(
+                row.case,
+                f"{row.appends:,}",
+                f"{row.appends_per_s:,.0f}",
+                f"{row.body_mb_s:,.1f}",
+                f"{row.log_mb_s:,.1f}",
+                f"{row.log_mb_s / base:.0%}",
+            )
+        console.print(table)
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,216 @@
+"""Query messages by key and time range (RocketMQ ``queryMessage``, which Pulsar lacks) over the admin API.
+
+``GET /admin/v2/{domain}/{tenant}/{namespace}/{topic}/messages?key=K[&from=MS][&to=MS][&max=N]``
+
+``from`` / ``to`` are store times in ms since the epoch (default: everything), ``max`` the number of entries
+looked up per partition (default 32, at most 64, RocketMQ's ``defaultQueryMaxNum`` / ``maxMsgsNumBatch``).
+The answer is a JSON list, oldest first, of the messages whose key is K::
+
+    {"messageId": "L:E" or "L:E:B", "ledgerId": L, "entryId": E, "batchIndex": B or -1,
+     "partition": P or -1, "topic": "persistent://...", "key": K, "publishTime": ms, "storeTime": ms,
+     "properties": {...}, "payload": "<base64>"}
+
+A partitioned topic is queried partition by partition. The handler reaches the message store only through
+``app[MESSAGE_STORE]`` (set by the composition root, ``broker/app.py``), never by importing storage; the
+store's index is fed by :func:`pulsar_entry_keys`, which finds the keys of a stored Pulsar entry (the
+partition key, and the partition key of every message inside a batch) on the store's reput thread.
+
+400 for a missing key or a bad number, 404 for an unknown topic (the routes' error middleware), 503 when no
+store is attached.
+"""
+
+from __future__ import annotations
+
+import base64
+import bisect
+import logging
+import struct
+from typing import Any, Protocol
+
+from aiohttp import web
+
+from quasar.broker.errors import NamespaceNotFoundError, TopicNotFoundError
+from quasar.protocol import TopicName
+from quasar.protocol.compression import decompress
+from quasar.protocol.errors import InvalidTopicNameError
+from quasar.protocol.metadata import decode_batch, parse_headers_and_payload
+from quasar.protocol.pb import MessageMetadata
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX = 32
+MAX_MAX = 64
+
+
+class StoredMessageView(Protocol):
+    queue_offset: int
+    store_timestamp: int
+    body: memoryview
+
+
+class KeyQueryable(Protocol):
+    """What the handler needs of the store: ``MessageStore.query``."""
+
+    def query(
+        self, topic: str, key: str, begin_ms: int = ..., end_ms: int = ..., max_num: int = ...
+    ) -> list[Any]: ...
+
+
+MESSAGE_STORE = web.AppKey("message_store", KeyQueryable)
+
+
+_MAGIC_AND_SIZE = struct.Struct(">HI")
+_SIZE = struct.Struct(">I")
+
+
+def _metadata_span(view: memoryview) -> tuple[int, int]:
+    """(start, end) of the MessageMetadata in a stored entry: ``[0x0e02 size bem]? [0x0e01 crc]? [size]
+    [metadata] [payload]`` (reference/pulsar-protocol.md; the layout ``parse_headers_and_payload`` reads).
+    Raises ValueError when a size runs past the end."""
+    pos = 0
+    if len(view) >= 6 and view[0] == 0x0E and view[1] == 0x02:
+        pos = 6 + _MAGIC_AND_SIZE.unpack_from(view, 0)[1]
+    if len(view) >= pos + 6 and view[pos] == 0x0E and view[pos + 1] == 0x01:
+        pos += 6
+    if len(view) < pos + 4:
+        raise ValueError("entry too short for its metadata size")
+    start = pos + 4
+    end = start + _SIZE.unpack_from(view, pos)[0]
+    if end > len(view):
+        raise ValueError("metadata size runs past the end of the entry")
+    return start, end
+
+
+def pulsar_entry_keys(topic: str, body: memoryview) -> list[str]:
+    """Keys of a stored Pulsar entry: ``MessageMetadata.partition_key`` and, for a batch, each
+    ``SingleMessageMetadata.partition_key`` (decompressing the payload; encrypted batches are not opened).
+
+    Runs on the store's reput thread for every entry, so it is lean: it parses only the MessageMetadata (no
+    CRC or UTF-8 validation: that happened on publish). Raises ValueError, the protocol layer's errors or
+    protobuf's ``DecodeError`` on a malformed entry (the store counts and skips those)."""
+    view = body if isinstance(body, memoryview) else memoryview(body)
+    metadata_start, metadata_end = _metadata_span(view)
+    metadata = MessageMetadata.FromString(view[metadata_start:metadata_end])
+    keys = [metadata.partition_key] if metadata.HasField("partition_key") else []
+    if metadata.HasField("num_messages_in_batch") and not metadata.encryption_keys:
+        payload: bytes | memoryview = view[metadata_end:]
+        if metadata.compression:
+            payload = decompress(metadata.compression, payload, metadata.uncompressed_size)
+        for single, _ in decode_batch(payload, metadata.num_messages_in_batch):
+            if single.HasField("partition_key"):
+                keys.append(single.partition_key)
+    return keys
+
+
+def _topic(request: web.Request) -> TopicName:
+    info = request.match_info
+    if info["domain"] not in ("persistent", "non-persistent"):
+        raise web.HTTPNotFound(reason=f"unknown domain {info['domain']}")
+    return TopicName.parse(f"{info['domain']}://{info['tenant']}/{info['namespace']}/{info['topic']}")
+
+
+def _int_param(request: web.Request, name: str, default: int) -> int:
+    raw = request.query.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"query parameter {name!r} must be an integer, got {raw!r}") from None
+
+
+def _messages_of(
+    topic: TopicName, partition: int, message: StoredMessageView, key: str, ledgers: list[tuple[int, int]]
+) -> list[dict[str, Any]]:
+    """The messages with ``key`` in one stored entry, as JSON objects."""
+    starts = [first for first, _ in ledgers]
+    index = bisect.bisect_right(starts, message.queue_offset) - 1
+    if index < 0:
+        return []
+    first_queue_offset, ledger_id = ledgers[index]
+    entry_id = message.queue_offset - first_queue_offset
+    parsed = parse_headers_and_payload(message.body)
+    metadata = parsed.metadata
+    base = {
+        "ledgerId": ledger_id,
+        "entryId": entry_id,
+        "partition": partition,
+        "topic": topic.full_name,
+        "publishTime": metadata.publish_time,
+        "storeTime": message.store_timestamp,
+    }
+    payload: bytes | memoryview = parsed.payload
+    if metadata.compression:
+        payload = decompress(metadata.compression, payload, metadata.uncompressed_size)
+    found = []
+    if metadata.HasField("num_messages_in_batch"):
+        for batch_index, (single, item) in enumerate(decode_batch(payload, metadata.num_messages_in_batch)):
+            if single.HasField("partition_key") and single.partition_key == key:
+                properties = {kv.key: kv.value for kv in single.properties}
+                found.append(_json(base, batch_index, key, properties, item))
+    elif metadata.HasField("partition_key") and metadata.partition_key == key:
+        properties = {kv.key: kv.value for kv in metadata.properties}
+        found.append(_json(base, -1, key, properties, payload))
+    return found
+
+
+def _json(
+    base: dict[str, Any], batch_index: int, key: str, properties: dict[str, str], payload: bytes | memoryview
+) -> dict[str, Any]:
+    message_id = f"{base['ledgerId']}:{base['entryId']}" + (f":{batch_index}" if batch_index >= 0 else "")
+    return {
+        "messageId": message_id,
+        **base,
+        "batchIndex": batch_index,
+        "key": key,
+        "properties": properties,
+        "payload": base64.b64encode(bytes(payload)).decode("ascii"),
+    }
+
+
+async def query_messages(request: web.Request) -> web.Response:
+    """``GET .../{topic}/messages?key=K&from=MS&to=MS&max=N`` (see the module docstring). Answers errors
+    itself as ``{"reason": ...}`` (400 bad parameter or topic name, 404 unknown topic or namespace)."""
+    try:
+        return await _query_messages(request)
+    except (ValueError, InvalidTopicNameError) as exc:
+        return web.json_response({"reason": str(exc)}, status=400)
+    except (TopicNotFoundError, NamespaceNotFoundError) as exc:
+        return web.json_response({"reason": str(exc)}, status=404)
+
+
+async def _query_messages(request: web.Request) -> web.Response:
+    from quasar.broker.admin.routes import SERVICE_KEY  # lazy: routes.py imports this module
+
+    key = request.query.get("key", "")
+    if not key:
+        raise ValueError("query parameter 'key' is required")
+    begin_ms = _int_param(request, "from", 0)
+    end_ms = _int_param(request, "to", 2**63 - 1)
+    max_num = _int_param(request, "max", DEFAULT_MAX)
+    if max_num < 1:
+        raise ValueError(f"query parameter 'max' must be >= 1, got {max_num}")
+    max_num = min(max_num, MAX_MAX)
+    store = request.app.get(MESSAGE_STORE)
+    if store is None:
+        return web.json_response({"reason": "no message store attached to the admin API"}, status=503)
+    service = request.app[SERVICE_KEY]
+    topic = _topic(request)
+    partitions = service.partitions(topic)
+    targets = [(topic.partition(i), i) for i in range(partitions)] if partitions > 0 else [(topic, -1)]
+    results: list[dict[str, Any]] = []
+    for target, partition in targets:
+        ledger = service.get_or_create_topic(target, create=False).ledger
+        ledgers = [(info.first_queue_offset, info.ledger_id) for info in ledger.ledgers]
+        last_confirmed = ledger.last_confirmed_entry
+        for message in store.query(target.full_name, key, begin_ms, end_ms, max_num):
+            for item in _messages_of(target, partition, message, key, ledgers):
+                if (item["ledgerId"], item["entryId"]) <= tuple(last_confirmed):
+                    results.append(item)
+    results.sort(key=lambda item: (item["storeTime"], item["partition"], item["ledgerId"], item["entryId"]))
+    return web.json_response(results)
+
+
+def register(app: web.Application) -> None:
+    """Add the query route to the admin application."""
+    app.router.add_get("/admin/v2/{domain}/{tenant}/{namespace}/{topic}/messages", query_messages)

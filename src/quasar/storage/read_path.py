@@ -1,0 +1,219 @@
+"""The store's read path: get by queue offset, get by commit log offset, and query by key (RocketMQ
+``DefaultMessageStore.getMessage`` / ``lookMessageByOffset`` / ``queryMessage``), as a base class of
+:class:`~quasar.storage.message_store.MessageStore` (split out to keep the facade readable).
+
+Reads happen on the event loop thread and return zero-copy views of the mapped commit log. Every message
+returned by ``get`` has its body CRC checked: a damaged record (bit rot) is reported with its offset, counted
+in ``corrupt_records_skipped`` and skipped, never returned as data.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from quasar.storage.commit_log import CommitLog
+from quasar.storage.config import StoreConfig
+from quasar.storage.consume_queue import UNIT
+from quasar.storage.dispatch import ConsumeQueueStore
+from quasar.storage.errors import CorruptRecordError, OffsetOutOfRangeError
+from quasar.storage.index_service import IndexService
+from quasar.storage.record import PROPERTY_KEYS, PROPERTY_UNIQ_KEY, decode_properties
+from quasar.storage.results import GetResult, StoredMessage, decode_stored_message, stored_message_of
+from quasar.storage.status import GetStatus
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_GET_BYTES = 4 * 1024 * 1024
+
+
+class StoreReader:
+    """Read methods of the store; the subclass provides the attributes below and ``_check_open``."""
+
+    config: StoreConfig
+    commit_log: CommitLog
+    consume_queues: ConsumeQueueStore
+    index_service: IndexService
+    corrupt_records_skipped: int
+
+    def _check_open(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    # -- read path -------------------------------------------------------------------------------------------
+
+    def get(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        max_count: int,
+        max_bytes: int = DEFAULT_MAX_GET_BYTES,
+    ) -> GetResult:
+        """Up to ``max_count`` messages from ``queue_offset`` on, at most ``max_bytes`` of records (the first
+        message is always returned whole), bodies as zero-copy memoryviews (RocketMQ ``getMessage``; statuses
+        as in :class:`GetStatus`). Raises ValueError for ``max_count < 1``, :class:`CorruptRecordError` when a
+        unit points at something that is not its record.
+        """
+        self._check_open()
+        if max_count < 1:
+            raise ValueError(f"max_count must be >= 1: {max_count}")
+        queue = self.consume_queues.get(topic, queue_id)
+        if queue is None:
+            return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, [], 0, 0, 0)
+        min_offset, max_offset = queue.min_offset, queue.max_offset
+        if max_offset == 0:
+            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, [], 0, min_offset, max_offset)
+        if queue_offset < min_offset:
+            return GetResult(GetStatus.OFFSET_TOO_SMALL, [], min_offset, min_offset, max_offset)
+        if queue_offset == max_offset:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, [], queue_offset, min_offset, max_offset)
+        if queue_offset > max_offset:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, [], max_offset, min_offset, max_offset)
+        messages: list[StoredMessage] = []
+        offset = queue_offset
+        total_bytes = 0
+        end = min(max_offset, queue_offset + max_count)  # skipped (damaged) units count against max_count
+        while offset < end:
+            units = queue.read_units(offset, end - offset)
+            if units is None:
+                if offset == queue_offset:
+                    next_offset = queue.next_file_queue_offset(offset)
+                    return GetResult(GetStatus.OFFSET_FOUND_NULL, [], next_offset, min_offset, max_offset)
+                break
+            for commit_log_offset, size, _ in UNIT.iter_unpack(units):
+                if total_bytes and total_bytes + size > max_bytes:
+                    return GetResult(GetStatus.FOUND, messages, offset, min_offset, max_offset)
+                try:
+                    message = self._read_message(commit_log_offset, size, check_crc=True)
+                except CorruptRecordError as exc:
+                    log.error("%s/%d queue offset %d: %s; skipped", topic, queue_id, offset, exc)
+                    self.corrupt_records_skipped += 1
+                    offset += 1
+                    continue
+                if message is None:
+                    if messages:
+                        return GetResult(GetStatus.FOUND, messages, offset, min_offset, max_offset)
+                    return GetResult(GetStatus.MESSAGE_WAS_REMOVING, [], offset + 1, min_offset, max_offset)
+                messages.append(message)
+                total_bytes += size
+                offset += 1
+        if not messages:  # every unit read pointed at a damaged record
+            return GetResult(GetStatus.MESSAGE_WAS_REMOVING, [], offset, min_offset, max_offset)
+        return GetResult(GetStatus.FOUND, messages, offset, min_offset, max_offset)
+
+    def _read_message(
+        self, commit_log_offset: int, size: int, *, check_crc: bool = False
+    ) -> StoredMessage | None:
+        """Decode the record a unit points at; None when the commit log no longer holds it. Raises
+        :class:`CorruptRecordError` when it is not a record of that size (or, with ``check_crc``, its body
+        CRC does not match: bit rot)."""
+        mapped_file = self.commit_log.mapped_file_queue.find_mapped_file_by_offset(commit_log_offset)
+        if mapped_file is None:
+            return None
+        return decode_stored_message(
+            mapped_file.buffer,
+            commit_log_offset - mapped_file.file_from_offset,
+            mapped_file.wrote_position,
+            commit_log_offset,
+            size,
+            check_crc=check_crc,
+        )
+
+    def get_by_offset(self, commit_log_offset: int, size: int) -> StoredMessage:
+        """The record at ``commit_log_offset`` of ``size`` bytes (e.g. from a consume queue unit or a
+        PutResult).
+
+        Raises :class:`OffsetOutOfRangeError` outside the commit log, :class:`CorruptRecordError` when no
+        record of that size starts there.
+        """
+        self._check_open()
+        message = self._read_message(commit_log_offset, size)
+        if message is None:
+            raise OffsetOutOfRangeError(
+                f"commit log offset {commit_log_offset} is outside "
+                f"[{self.commit_log.min_offset}, {self.commit_log.max_offset})"
+            )
+        return message
+
+    # -- query by key ----------------------------------------------------------------------------------------
+
+    def query(
+        self, topic: str, key: str, begin_ms: int = 0, end_ms: int = 2**63 - 1, max_num: int = 32
+    ) -> list[StoredMessage]:
+        """Messages of ``topic`` indexed under ``key`` with a store time in [begin_ms, end_ms] (ms since the
+        epoch), at most ``max_num`` (capped at 64), the newest ones, returned oldest first (RocketMQ
+        ``queryMessage`` plus the client-side key filter of ``MQAdminImpl``: hash collisions, records of other
+        topics, records outside the time range and damaged records are dropped here).
+
+        A record's keys are its ``KEYS`` words, its ``UNIQ_KEY`` and what the store's ``key_extractor``
+        finds in the body. The index is built on the reput thread, so records appended in the last
+        milliseconds may be missing. Raises ValueError for ``max_num < 1``, :class:`StoreClosedError` when not
+        open.
+        """
+        self._check_open()
+        if max_num < 1:
+            raise ValueError(f"max_num must be >= 1: {max_num}")
+        if not self.config.message_index_enable or not isinstance(key, str) or not key:
+            return []
+        messages: list[StoredMessage] = []
+        offsets = self.index_service.query_offsets(topic, key, max_num, begin_ms, end_ms)
+        for offset in dict.fromkeys(offsets):  # an item indexed twice (a retried dispatch) counts once
+            try:
+                record = self.commit_log.read_record(offset, check_crc=True)
+            except (CorruptRecordError, OffsetOutOfRangeError) as exc:
+                log.warning("query %s#%s: commit log offset %d skipped: %s", topic, key, offset, exc)
+                continue
+            if record.topic != topic or not begin_ms <= record.store_timestamp <= end_ms:
+                continue
+            if key not in self._record_keys(record.topic, record.body, record.properties_raw):
+                continue  # a hash collision (RocketMQ logs "maybe hash duplicate")
+            messages.append(stored_message_of(record))
+        messages.sort(key=lambda m: m.commit_log_offset)
+        return messages
+
+    def _record_keys(self, topic: str, body: memoryview, properties_raw: memoryview) -> set[str]:
+        keys: set[str] = set()
+        if len(properties_raw):
+            try:
+                properties = decode_properties(properties_raw)
+            except CorruptRecordError:
+                properties = {}
+            keys.update(properties.get(PROPERTY_KEYS, "").split())
+            if properties.get(PROPERTY_UNIQ_KEY):
+                keys.add(properties[PROPERTY_UNIQ_KEY])
+        extractor = self.index_service.key_extractor
+        if extractor is not None:
+            try:
+                keys.update(extractor(topic, body))
+            except Exception as exc:
+                log.warning("key extractor failed on a %s record: %r", topic, exc)
+        return keys
+
+    # -- queries ---------------------------------------------------------------------------------------------
+
+    def max_queue_offset(self, topic: str, queue_id: int) -> int:
+        """The next queue offset to be written (0 for an unknown queue)."""
+        queue = self.consume_queues.get(topic, queue_id)
+        return queue.max_offset if queue is not None else 0
+
+    def min_queue_offset(self, topic: str, queue_id: int) -> int:
+        """The first queue offset still held (0 for an unknown queue)."""
+        queue = self.consume_queues.get(topic, queue_id)
+        return queue.min_offset if queue is not None else 0
+
+    def queues(self) -> list[tuple[str, int]]:
+        """Every (topic, queue id) with a consume queue, sorted."""
+        return self.consume_queues.queues()
+
+    @property
+    def min_commit_log_offset(self) -> int:
+        return self.commit_log.min_offset
+
+    @property
+    def max_commit_log_offset(self) -> int:
+        """End of the written commit log (bytes)."""
+        return self.commit_log.max_offset
+
+    @property
+    def flushed_commit_log_offset(self) -> int:
+        """End of the fdatasynced commit log (bytes)."""
+        return self.commit_log.flushed_offset
