@@ -381,23 +381,34 @@ def test_failover_delivers_to_one_active_consumer_then_fails_over(broker):
     topic = topic_name()
     client = new_client(broker)
     try:
-        first = client.subscribe(
-            topic,
-            "fo",
-            consumer_type=pulsar.ConsumerType.Failover,
-            consumer_name="a",
-            initial_position=pulsar.InitialPosition.Earliest,
-        )
-        second = client.subscribe(topic, "fo", consumer_type=pulsar.ConsumerType.Failover, consumer_name="b")
+        consumers = {
+            name: client.subscribe(
+                topic,
+                "fo",
+                consumer_type=pulsar.ConsumerType.Failover,
+                consumer_name=name,
+                initial_position=pulsar.InitialPosition.Earliest,
+            )
+            for name in ("a", "b")
+        }
         producer = client.create_producer(topic)
         for i in range(10):
             producer.send(f"{i}".encode())
-        got = [int(m.data()) for m in receive_all(first, 5)]
+        # a non-partitioned topic picks its active consumer on a hash ring of the consumer names (Pulsar
+        # peekConsumerIndexFromHashRing): exactly one of them receives, the standby nothing
+        try:
+            first = consumers["a"].receive(timeout_millis=2000)
+            active, standby = "a", "b"
+        except pulsar.Timeout:
+            active, standby = "b", "a"
+            first = consumers["b"].receive(timeout_millis=10_000)
+        consumers[active].acknowledge(first)
+        got = [int(first.data())] + [int(m.data()) for m in receive_all(consumers[active], 4)]
         assert got == [0, 1, 2, 3, 4]
         with pytest.raises(pulsar.Timeout):
-            second.receive(timeout_millis=300)  # the standby receives nothing while "a" is active
-        first.close()
-        rest = [int(m.data()) for m in receive_all(second, 5)]
+            consumers[standby].receive(timeout_millis=300)
+        consumers[active].close()
+        rest = [int(m.data()) for m in receive_all(consumers[standby], 5)]
         assert rest == [5, 6, 7, 8, 9]
     finally:
         client.close()

@@ -15,15 +15,49 @@ from pathlib import Path
 from aiohttp import web
 
 from quasar.broker.admin import build_admin_app
+from quasar.broker.admin.query import MESSAGE_STORE, pulsar_entry_keys
 from quasar.broker.broker_service import BrokerService
 from quasar.broker.config import BrokerConfig
+from quasar.broker.policies import BacklogQuota, PolicyDefaults
 from quasar.broker.server_cnx import ServerCnx
+from quasar.broker.subscription import SubscriptionOptions
 from quasar.ledger.config import ManagedLedgerConfig
 from quasar.ledger.factory import ManagedLedgerFactory
 from quasar.storage.message_store import FlushDiskType, MessageStore, StoreConfig
 from quasar.storage.metadata import MetadataStore
 
 log = logging.getLogger(__name__)
+
+
+def _store_config(config: BrokerConfig, root_dir: Path) -> StoreConfig:
+    """The message store's settings from the broker's (same names; ValueError on a bad value)."""
+    return StoreConfig(
+        root_dir=root_dir,
+        commit_log_file_size=config.commit_log_file_size,
+        consume_queue_file_size=config.mapped_file_size_consume_queue,
+        flush_disk_type=FlushDiskType[config.flush_disk_type],
+        sync_flush_timeout_ms=config.sync_flush_timeout_ms,
+        flush_interval_ms=config.flush_interval_commit_log_ms,
+        flush_least_pages=config.flush_commit_log_least_pages,
+        flush_thorough_interval_ms=config.flush_commit_log_thorough_interval_ms,
+        flush_consume_queue_interval_ms=config.flush_interval_consume_queue_ms,
+        flush_consume_queue_least_pages=config.flush_consume_queue_least_pages,
+        flush_consume_queue_thorough_interval_ms=config.flush_consume_queue_thorough_interval_ms,
+        check_crc_on_recover=config.check_crc_on_recover,
+        max_message_size=config.max_message_size + 64 * 1024,
+        message_index_enable=config.message_index_enable,
+        max_hash_slot_num=config.max_hash_slot_num,
+        max_index_num=config.max_index_num,
+        warm_mapped_file_enable=config.warm_mapped_file_enable,
+        file_reserved_time_h=config.file_reserved_time_h,
+        delete_when=config.delete_when,
+        disk_max_used_space_ratio=config.disk_max_used_space_ratio,
+        disk_space_clean_forcibly_ratio=config.disk_space_clean_forcibly_ratio,
+        disk_space_warning_level_ratio=config.disk_space_warning_level_ratio,
+        clean_resource_interval_ms=config.clean_resource_interval_ms,
+        delete_file_batch_max=config.delete_file_batch_max,
+        clean_file_forcibly_enable=config.clean_file_forcibly_enable,
+    )
 
 
 class BrokerApp:
@@ -39,8 +73,28 @@ class BrokerApp:
         self.connections: set[ServerCnx] = set()
         self._server: asyncio.base_events.Server | None = None
         self._admin_runner: web.AppRunner | None = None
+        self._policy_task: asyncio.Task[None] | None = None
         self.port = 0
         self.admin_port = 0
+
+    async def _policy_loop(self, service: BrokerService) -> None:
+        """Owned task: message TTL every ``message_expiry_check_interval_s``, backlog quotas every
+        ``backlog_quota_check_interval_s``."""
+        config = self.config
+        tick = min(config.message_expiry_check_interval_s, config.backlog_quota_check_interval_s)
+        next_ttl = next_quota = time.monotonic()
+        while True:
+            await asyncio.sleep(tick)
+            now = time.monotonic()
+            ttl, quota = now >= next_ttl, now >= next_quota
+            if ttl:
+                next_ttl = now + config.message_expiry_check_interval_s
+            if quota:
+                next_quota = now + config.backlog_quota_check_interval_s
+            try:
+                service.run_policy_checks(int(time.time() * 1000), ttl=ttl, backlog=quota)
+            except Exception:  # the owned task must not die silently
+                log.exception("policy checks failed")
 
     @property
     def service_url(self) -> str:
@@ -55,15 +109,7 @@ class BrokerApp:
         data_dir = Path(config.data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
-        store = MessageStore(
-            StoreConfig(
-                root_dir=data_dir / "store",
-                commit_log_file_size=config.commit_log_file_size,
-                flush_disk_type=FlushDiskType[config.flush_disk_type],
-                sync_flush_timeout_ms=config.sync_flush_timeout_ms,
-                max_message_size=config.max_message_size + 64 * 1024,
-            )
-        )
+        store = MessageStore(_store_config(config, data_dir / "store"), key_extractor=pulsar_entry_keys)
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, store.open)
         self.store = store
@@ -75,6 +121,8 @@ class BrokerApp:
             ManagedLedgerConfig(
                 max_entries_per_ledger=config.managed_ledger_max_entries_per_ledger,
                 min_ledger_rollover_time_ms=config.managed_ledger_min_ledger_rollover_time_ms,
+                max_size_per_ledger_bytes=config.managed_ledger_max_size_per_ledger_mb * 1024 * 1024,
+                max_ledger_rollover_time_ms=config.managed_ledger_max_ledger_rollover_time_ms,
                 cursor_persist_interval_ms=config.managed_ledger_cursor_persist_interval_ms,
             ),
         )
@@ -83,9 +131,35 @@ class BrokerApp:
             self.factory,
             self.metadata,
             cluster_name=config.cluster_name,
-            max_read_batch_size=config.dispatcher_max_read_batch_size,
+            subscription_options=SubscriptionOptions(
+                max_read_batch_size=config.dispatcher_max_read_batch_size,
+                max_unacked_messages_per_consumer=config.max_unacked_messages_per_consumer,
+                max_unacked_messages_per_subscription=config.max_unacked_messages_per_subscription,
+                key_shared_use_consistent_hashing=config.subscription_key_shared_use_consistent_hashing,
+                key_shared_replica_points=config.subscription_key_shared_consistent_hashing_replica_points,
+                delayed_delivery_enabled=config.delayed_delivery_enabled,
+                delayed_delivery_tick_time_ms=config.delayed_delivery_tick_time_ms,
+                delayed_delivery_deliver_at_time_strict=config.is_delayed_delivery_deliver_at_time_strict,
+            ),
+            deduplication_enabled=config.broker_deduplication_enabled,
+            deduplication_entries_interval=config.broker_deduplication_entries_interval,
+            deduplication_max_producers=config.broker_deduplication_max_number_of_producers,
+            max_producers_per_topic=config.max_producers_per_topic,
+            max_consumers_per_topic=config.max_consumers_per_topic,
+            max_consumers_per_subscription=config.max_consumers_per_subscription,
+            defaults=PolicyDefaults(
+                retention_time_minutes=config.default_retention_time_in_minutes,
+                retention_size_mb=config.default_retention_size_in_mb,
+                message_ttl_s=config.ttl_duration_default_in_seconds,
+                backlog_quota=BacklogQuota(
+                    config.backlog_quota_default_limit_bytes,
+                    config.backlog_quota_default_limit_second,
+                    config.backlog_quota_default_retention_policy,
+                ),
+            ),
         )
         service.bootstrap()
+        self._policy_task = asyncio.create_task(self._policy_loop(service), name="broker-policy-checks")
         self.service = service
         log.info("storage opened in %.1f ms", (time.monotonic() - started) * 1000)
 
@@ -95,7 +169,9 @@ class BrokerApp:
         self.port = self._server.sockets[0].getsockname()[1]
         service.broker_service_url = self.service_url
 
-        self._admin_runner = web.AppRunner(build_admin_app(service), access_log=None)
+        admin_app = build_admin_app(service)
+        admin_app[MESSAGE_STORE] = store  # for the query-by-key handler (broker/admin/query.py)
+        self._admin_runner = web.AppRunner(admin_app, access_log=None)
         await self._admin_runner.setup()
         site = web.TCPSite(self._admin_runner, config.host, config.admin_port, reuse_address=True)
         await site.start()
@@ -106,6 +182,13 @@ class BrokerApp:
 
     async def stop(self) -> None:
         """Close listeners and connections, persist cursor state, flush and checkpoint storage."""
+        if self._policy_task is not None:
+            self._policy_task.cancel()
+            try:
+                await self._policy_task
+            except asyncio.CancelledError:
+                pass
+            self._policy_task = None
         if self._server is not None:
             self._server.close()
         for cnx in list(self.connections):

@@ -11,8 +11,27 @@ from __future__ import annotations
 import logging
 from typing import Any, Protocol
 
-from quasar.broker.errors import BrokerError, NamespaceNotFoundError, NotAllowedError, TopicNotFoundError
+from quasar.broker.errors import (
+    BrokerError,
+    ConsumerBusyError,
+    NamespaceNotFoundError,
+    NotAllowedError,
+    TopicNotFoundError,
+)
+from quasar.broker.non_persistent import NonPersistentTopic
+from quasar.broker.policies import (
+    BACKLOG_QUOTA,
+    DEDUPLICATION,
+    MESSAGE_TTL,
+    RETENTION,
+    BacklogQuota,
+    PolicyDefaults,
+    check_backlog_quota,
+    expire_messages,
+)
+from quasar.broker.subscription import SubscriptionOptions
 from quasar.broker.topic import PersistentTopic
+from quasar.errors import QuasarError
 from quasar.ledger.factory import ManagedLedgerFactory
 from quasar.protocol import TopicName
 
@@ -21,6 +40,7 @@ log = logging.getLogger(__name__)
 TENANTS_PREFIX = "/admin/tenants/"
 POLICIES_PREFIX = "/admin/policies/"
 PARTITIONED_PREFIX = "/admin/partitioned-topics/"
+TOPIC_POLICIES_PREFIX = "/admin/topic-policies/"
 BOOT_COUNT_KEY = "/broker/boot-count"
 
 DEFAULT_TENANTS = ("public", "pulsar")
@@ -54,15 +74,29 @@ class BrokerService:
         metadata: MetadataStoreLike,
         *,
         cluster_name: str = "standalone",
-        max_read_batch_size: int = 100,
+        subscription_options: SubscriptionOptions | None = None,
+        deduplication_enabled: bool = False,
+        deduplication_entries_interval: int = 1000,
+        deduplication_max_producers: int = 10_000,
+        defaults: PolicyDefaults | None = None,
+        max_producers_per_topic: int = 0,
+        max_consumers_per_topic: int = 0,
+        max_consumers_per_subscription: int = 0,
     ) -> None:
         self.factory = factory
         self.metadata = metadata
         self.cluster_name = cluster_name
         self.broker_service_url = ""  # set once the listener is bound
         self.web_service_url = ""
-        self.topics: dict[str, PersistentTopic] = {}
-        self._max_read_batch_size = max_read_batch_size
+        self.topics: dict[str, PersistentTopic | NonPersistentTopic] = {}
+        self._subscription_options = subscription_options or SubscriptionOptions()
+        self._dedup_default = deduplication_enabled
+        self.defaults = defaults or PolicyDefaults()
+        self.max_producers_per_topic = max_producers_per_topic
+        self.max_consumers_per_topic = max_consumers_per_topic
+        self.max_consumers_per_subscription = max_consumers_per_subscription
+        self._dedup_entries_interval = deduplication_entries_interval
+        self._dedup_max_producers = deduplication_max_producers
         self._boot_id = 0
         self._producer_counter = 0
 
@@ -148,31 +182,187 @@ class BrokerService:
     def list_topics(self, namespace: str, domain: str = "persistent") -> list[str]:
         """Every topic of ``namespace``: existing managed ledgers plus the partitions of partitioned topics."""
         prefix = f"{domain}://{namespace}/"
-        names = {n for n in self.factory.names() if n.startswith(prefix)}
+        if domain == "persistent":
+            names = {n for n in self.factory.names() if n.startswith(prefix)}
+        else:
+            names = {n for n in self.topics if n.startswith(prefix)}
         for partitioned in self.partitioned_topics(namespace, domain):
             count = self.partitions(TopicName.parse(partitioned))
             names.update(f"{partitioned}-partition-{i}" for i in range(count))
         return sorted(names)
 
-    def get_or_create_topic(self, topic: TopicName, *, create: bool = True) -> PersistentTopic:
+    def get_or_create_topic(
+        self, topic: TopicName, *, create: bool = True
+    ) -> PersistentTopic | NonPersistentTopic:
         """The loaded topic ``topic``, opening its managed ledger (auto-creating it) on first use.
 
+        A non-persistent topic lives in memory only (``non_persistent``); it exists while loaded.
         Raises NamespaceNotFoundError for an unknown namespace, TopicNotFoundError when ``create`` is False and
-        the topic does not exist, NotAllowedError for non-persistent topics (not supported yet) and for the
-        base name of a partitioned topic (clients must use its partitions).
+        the topic does not exist, NotAllowedError for the base name of a partitioned topic (clients must use
+        its partitions).
         """
         loaded = self.topics.get(topic.full_name)
         if loaded is not None:
             return loaded
-        if not topic.is_persistent:
-            raise NotAllowedError(f"non-persistent topics are not supported yet: {topic.full_name}")
         self._check_namespace(topic)
         if self.partitions(topic) > 0:
             raise NotAllowedError(f"{topic.full_name} is a partitioned topic; use its partitions")
+        if not topic.is_persistent:
+            if not create:
+                raise TopicNotFoundError(f"Topic {topic.full_name} does not exist")
+            non_persistent = NonPersistentTopic(
+                topic,
+                subscription_options=self._subscription_options,
+                max_producers=self.max_producers_per_topic,
+            )
+            self.topics[topic.full_name] = non_persistent
+            log.info("loaded non-persistent topic %s", topic.full_name)
+            return non_persistent
         if not create and topic.full_name not in self.factory.names():
             raise TopicNotFoundError(f"Topic {topic.full_name} does not exist")
         ledger = self.factory.open(topic.full_name)
-        loaded = PersistentTopic(topic, ledger, max_read_batch_size=self._max_read_batch_size)
+        loaded = PersistentTopic(
+            topic,
+            ledger,
+            subscription_options=self._subscription_options,
+            max_producers=self.max_producers_per_topic,
+            dedup_entries_interval=self._dedup_entries_interval,
+            dedup_max_producers=self._dedup_max_producers,
+        )
+        self._apply_sync_policies(loaded)
+        if self.deduplication_enabled(topic):
+            loaded.dedup.enable()
         self.topics[topic.full_name] = loaded
         log.info("loaded topic %s", topic.full_name)
         return loaded
+
+    def check_consumer_limits(self, topic: Any, subscription: Any) -> None:
+        """Raise ConsumerBusyError when ``subscription`` or ``topic`` has reached its consumer limit
+        (broker ``maxConsumersPerSubscription`` / ``maxConsumersPerTopic``, 0 = unlimited)."""
+        per_subscription = self.max_consumers_per_subscription
+        if per_subscription > 0 and len(subscription.consumers) >= per_subscription:
+            raise ConsumerBusyError(f"Subscription reached max consumers limit {per_subscription}")
+        per_topic = self.max_consumers_per_topic
+        if per_topic > 0 and sum(len(s.consumers) for s in topic.subscriptions.values()) >= per_topic:
+            raise ConsumerBusyError(f"Topic reached max consumers limit {per_topic}")
+
+    # ------------------------------------------------------------------ policies
+    @staticmethod
+    def _topic_policies_key(topic: TopicName) -> str:
+        return f"{TOPIC_POLICIES_PREFIX}{topic.domain}/{topic.namespace_name}/{topic.local_name}"
+
+    def _topic_policies(self, topic: TopicName) -> dict[str, Any]:
+        return dict(self.metadata.get(self._topic_policies_key(topic)) or {})
+
+    def namespace_policy(self, namespace: str, key: str) -> Any:
+        """The namespace policy ``key`` (e.g. ``deduplicationEnabled``), None when unset. Raises
+        NamespaceNotFoundError."""
+        policies = self.metadata.get(POLICIES_PREFIX + namespace)
+        if policies is None:
+            raise NamespaceNotFoundError(f"Namespace {namespace} does not exist")
+        return policies.get(key)
+
+    def topic_policy(self, topic: TopicName, key: str) -> Any:
+        """The topic-level policy ``key`` of ``topic`` (a partition inherits its partitioned topic's), None
+        when unset."""
+        value = self._topic_policies(topic).get(key)
+        if value is None and topic.partition_index >= 0:
+            value = self._topic_policies(TopicName.parse(topic.partitioned_topic_name)).get(key)
+        return value
+
+    def effective_policy(self, topic: TopicName, key: str, default: Any) -> Any:
+        """The topic policy, else the namespace policy, else ``default`` (the broker.conf value)."""
+        value = self.topic_policy(topic, key)
+        if value is None:
+            value = self.namespace_policy(topic.namespace_name, key)
+        return default if value is None else value
+
+    async def set_namespace_policy(self, namespace: str, key: str, value: Any) -> None:
+        """Set (or with None remove) a namespace policy and apply it to the namespace's loaded topics. Raises
+        NamespaceNotFoundError."""
+        policies = self.metadata.get(POLICIES_PREFIX + namespace)
+        if policies is None:
+            raise NamespaceNotFoundError(f"Namespace {namespace} does not exist")
+        policies = dict(policies)
+        if value is None:
+            policies.pop(key, None)
+        else:
+            policies[key] = value
+        await self.metadata.aput(POLICIES_PREFIX + namespace, policies)
+        await self._apply_policies(lambda t: t.namespace_name == namespace)
+
+    async def set_topic_policy(self, topic: TopicName, key: str, value: Any) -> None:
+        """Set (or with None remove) a topic-level policy (for a partitioned topic: all its partitions) and
+        apply it. Raises NamespaceNotFoundError."""
+        self._check_namespace(topic)
+        policies = self._topic_policies(topic)
+        if value is None:
+            policies.pop(key, None)
+        else:
+            policies[key] = value
+        storage_key = self._topic_policies_key(topic)
+        if policies:
+            await self.metadata.aput(storage_key, policies)
+        else:
+            await self.metadata.adelete(storage_key)
+        base = topic.full_name
+        await self._apply_policies(
+            lambda t: t.full_name == base or (t.partition_index >= 0 and t.partitioned_topic_name == base)
+        )
+
+    async def _apply_policies(self, selects: Any) -> None:
+        for loaded in list(self.topics.values()):
+            if isinstance(loaded, PersistentTopic) and selects(loaded.name):
+                self._apply_sync_policies(loaded)
+                await loaded.set_deduplication(self.deduplication_enabled(loaded.name))
+
+    def _apply_sync_policies(self, loaded: PersistentTopic) -> None:
+        """Retention, message TTL and backlog quota of ``loaded`` from the effective policies."""
+        defaults = self.defaults
+        retention = self.effective_policy(loaded.name, RETENTION, None) or {}
+        time_min = retention.get("retentionTimeInMinutes", defaults.retention_time_minutes)
+        size_mb = retention.get("retentionSizeInMB", defaults.retention_size_mb)
+        loaded.ledger.set_retention(
+            -1 if time_min < 0 else time_min * 60_000, -1 if size_mb < 0 else size_mb * 1024 * 1024
+        )
+        loaded.message_ttl_s = int(self.effective_policy(loaded.name, MESSAGE_TTL, defaults.message_ttl_s))
+        quota = self.effective_policy(loaded.name, BACKLOG_QUOTA, None)
+        loaded.backlog_quota = BacklogQuota.from_json(quota) if quota else defaults.backlog_quota
+
+    def run_policy_checks(self, now_ms: int, *, ttl: bool = True, backlog: bool = True) -> None:
+        """One round of message expiry (TTL) and backlog-quota checks (plus a deduplication snapshot where
+        entries were persisted since the last one) over the loaded persistent topics. Errors are logged per
+        topic."""
+        for loaded in list(self.topics.values()):
+            if not isinstance(loaded, PersistentTopic) or loaded.ledger.is_closed:
+                continue
+            try:
+                if ttl:
+                    expire_messages(loaded, now_ms)
+                if backlog:
+                    check_backlog_quota(loaded, now_ms)
+                    # the timed dedup snapshot (Pulsar brokerDeduplicationSnapshotIntervalSeconds)
+                    if loaded.dedup.enabled and loaded.dedup.entries_since_snapshot:
+                        loaded.dedup.take_snapshot()
+            except QuasarError:
+                log.exception("%s: policy check failed", loaded.name)
+
+    # deduplication (Pulsar isDeduplicationEnabled / setDeduplicationStatus)
+    def namespace_deduplication(self, namespace: str) -> bool | None:
+        value = self.namespace_policy(namespace, DEDUPLICATION)
+        return None if value is None else bool(value)
+
+    def topic_deduplication(self, topic: TopicName) -> bool | None:
+        value = self.topic_policy(topic, DEDUPLICATION)
+        return None if value is None else bool(value)
+
+    def deduplication_enabled(self, topic: TopicName) -> bool:
+        """Effective deduplication of ``topic``: the topic policy, else the namespace policy, else the broker
+        default."""
+        return bool(self.effective_policy(topic, DEDUPLICATION, self._dedup_default))
+
+    async def set_namespace_deduplication(self, namespace: str, enabled: bool | None) -> None:
+        await self.set_namespace_policy(namespace, DEDUPLICATION, enabled)
+
+    async def set_topic_deduplication(self, topic: TopicName, enabled: bool | None) -> None:
+        await self.set_topic_policy(topic, DEDUPLICATION, enabled)

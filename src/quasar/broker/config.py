@@ -24,11 +24,35 @@ class BrokerConfig:
     - ``max_message_size``: bytes of metadata + payload accepted per entry, advertised in CONNECTED
       (Pulsar default 5 MiB).
     - ``commit_log_file_size``: bytes per commit log segment (RocketMQ default 1 GiB).
+    - storage settings from ``mapped_file_size_consume_queue`` to ``clean_file_forcibly_enable``: RocketMQ's
+      store settings, documented in README.md "Storage configuration".
     - ``flush_disk_type``: ``"SYNC_FLUSH"`` (receipt after fsync, default) or ``"ASYNC_FLUSH"``.
     - ``managed_ledger_max_entries_per_ledger`` / ``managed_ledger_min_ledger_rollover_time_ms``: ledger
       rollover (Pulsar defaults 50,000 entries and 10 min).
     - ``dispatcher_max_read_batch_size``: entries read per dispatch round (Pulsar's dispatcherMaxReadBatchSize 100).
     - ``keep_alive_interval_s``: seconds between broker PINGs on an idle connection (Pulsar 30 s).
+    - ``broker_deduplication_enabled``: deduplication when neither the namespace nor the topic sets it
+      (Pulsar ``brokerDeduplicationEnabled=false``); ``broker_deduplication_entries_interval``: persisted
+      entries between two dedup snapshots (1000); ``broker_deduplication_max_number_of_producers`` (10000).
+    - ``max_unacked_messages_per_consumer`` / ``max_unacked_messages_per_subscription``: Shared and
+      Key_Shared dispatch stops at this many unacknowledged messages and resumes at half (Pulsar 50,000 /
+      200,000; 0 disables).
+    - ``subscription_key_shared_use_consistent_hashing`` (true) and
+      ``subscription_key_shared_consistent_hashing_replica_points`` (100): Key_Shared AUTO_SPLIT selector.
+    - ``managed_ledger_max_size_per_ledger_mb`` (2048) / ``managed_ledger_max_ledger_rollover_time_ms``
+      (240 min): the other rollover limits.
+    - ``default_retention_time_in_minutes`` / ``default_retention_size_in_mb`` (0 / 0: consumed ledgers are
+      trimmed; -1 = unlimited), ``ttl_duration_default_in_seconds`` (0 = off),
+      ``backlog_quota_default_limit_bytes`` / ``_second`` (-1 = unlimited) with
+      ``backlog_quota_default_retention_policy``: defaults of the namespace/topic policies.
+    - ``message_expiry_check_interval_s`` (Pulsar 5 min) / ``backlog_quota_check_interval_s`` (60 s): how
+      often TTL and backlog quotas are enforced.
+    - ``max_producers_per_topic`` / ``max_consumers_per_topic`` / ``max_consumers_per_subscription``
+      (0 = unlimited): ProducerBusy / ConsumerBusy beyond them.
+    - ``delayed_delivery_enabled`` / ``delayed_delivery_tick_time_ms`` (1000) /
+      ``is_delayed_delivery_deliver_at_time_strict`` (false: up to one tick early): Shared delayed delivery.
+    - ``max_concurrent_non_persistent_message_per_connection``: non-persistent publishes in flight per
+      connection; beyond it a publish is dropped with receipt (-1, -1) (Pulsar 1000).
     """
 
     host: str = "127.0.0.1"
@@ -40,11 +64,57 @@ class BrokerConfig:
     commit_log_file_size: int = 1024 * 1024 * 1024
     flush_disk_type: str = "SYNC_FLUSH"
     sync_flush_timeout_ms: int = 5000
+    # storage (RocketMQ MessageStoreConfig names in snake_case, RocketMQ defaults; README "Storage
+    # configuration"; validated by quasar.storage.StoreConfig when the broker starts)
+    mapped_file_size_consume_queue: int = 300_000 * 20
+    flush_interval_commit_log_ms: int = 500
+    flush_commit_log_least_pages: int = 4
+    flush_commit_log_thorough_interval_ms: int = 10_000
+    flush_interval_consume_queue_ms: int = 1000
+    flush_consume_queue_least_pages: int = 2
+    flush_consume_queue_thorough_interval_ms: int = 60_000
+    check_crc_on_recover: bool = True
+    message_index_enable: bool = True
+    max_hash_slot_num: int = 5_000_000
+    max_index_num: int = 20_000_000
+    warm_mapped_file_enable: bool = False
+    file_reserved_time_h: float = 72
+    delete_when: str = "04"
+    disk_max_used_space_ratio: int = 75
+    disk_space_clean_forcibly_ratio: int = 85
+    disk_space_warning_level_ratio: int = 90
+    clean_resource_interval_ms: int = 10_000
+    delete_file_batch_max: int = 10
+    clean_file_forcibly_enable: bool = True
     managed_ledger_max_entries_per_ledger: int = 50_000
     managed_ledger_min_ledger_rollover_time_ms: int = 10 * 60 * 1000
     managed_ledger_cursor_persist_interval_ms: int = 1000
     dispatcher_max_read_batch_size: int = 100
     keep_alive_interval_s: float = 30.0
+    broker_deduplication_enabled: bool = False
+    broker_deduplication_entries_interval: int = 1000
+    broker_deduplication_max_number_of_producers: int = 10_000
+    max_unacked_messages_per_consumer: int = 50_000
+    max_unacked_messages_per_subscription: int = 200_000
+    subscription_key_shared_use_consistent_hashing: bool = True
+    max_concurrent_non_persistent_message_per_connection: int = 1000
+    max_producers_per_topic: int = 0
+    max_consumers_per_topic: int = 0
+    max_consumers_per_subscription: int = 0
+    delayed_delivery_enabled: bool = True
+    delayed_delivery_tick_time_ms: int = 1000
+    is_delayed_delivery_deliver_at_time_strict: bool = False
+    managed_ledger_max_size_per_ledger_mb: int = 2048
+    managed_ledger_max_ledger_rollover_time_ms: int = 240 * 60 * 1000
+    default_retention_time_in_minutes: int = 0
+    default_retention_size_in_mb: int = 0
+    ttl_duration_default_in_seconds: int = 0
+    message_expiry_check_interval_s: float = 300.0
+    backlog_quota_check_interval_s: float = 60.0
+    backlog_quota_default_limit_bytes: int = -1
+    backlog_quota_default_limit_second: int = -1
+    backlog_quota_default_retention_policy: str = "producer_request_hold"
+    subscription_key_shared_consistent_hashing_replica_points: int = 100
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535 or not 0 <= self.admin_port <= 65535:
@@ -57,6 +127,37 @@ class BrokerConfig:
             )
         if self.managed_ledger_max_entries_per_ledger <= 0:
             raise ValueError("managed_ledger_max_entries_per_ledger must be positive")
+        if self.broker_deduplication_entries_interval <= 0:
+            raise ValueError("broker_deduplication_entries_interval must be positive")
+        if self.broker_deduplication_max_number_of_producers <= 0:
+            raise ValueError("broker_deduplication_max_number_of_producers must be positive")
+        if self.max_unacked_messages_per_consumer < 0 or self.max_unacked_messages_per_subscription < 0:
+            raise ValueError("max_unacked_messages_per_consumer/subscription must be >= 0 (0 disables)")
+        if (
+            min(
+                self.max_producers_per_topic,
+                self.max_consumers_per_topic,
+                self.max_consumers_per_subscription,
+            )
+            < 0
+        ):
+            raise ValueError("max producers/consumers limits must be >= 0 (0 = unlimited)")
+        if self.delayed_delivery_tick_time_ms <= 0:
+            raise ValueError("delayed_delivery_tick_time_ms must be positive")
+        if self.message_expiry_check_interval_s <= 0 or self.backlog_quota_check_interval_s <= 0:
+            raise ValueError("policy check intervals must be positive")
+        if self.backlog_quota_default_retention_policy not in (
+            "producer_request_hold",
+            "producer_exception",
+            "consumer_backlog_eviction",
+        ):
+            raise ValueError(
+                f"unknown backlog_quota_default_retention_policy {self.backlog_quota_default_retention_policy!r}"
+            )
+        if self.max_concurrent_non_persistent_message_per_connection <= 0:
+            raise ValueError("max_concurrent_non_persistent_message_per_connection must be positive")
+        if self.subscription_key_shared_consistent_hashing_replica_points <= 0:
+            raise ValueError("subscription_key_shared_consistent_hashing_replica_points must be positive")
         if self.dispatcher_max_read_batch_size <= 0:
             raise ValueError("dispatcher_max_read_batch_size must be positive")
 

@@ -30,6 +30,7 @@ class ConsumerConnection(Protocol):
         partition: int,
         headers_and_payload: memoryview,
         redelivery_count: int,
+        ack_set: list[int] | None = None,
     ) -> None: ...
 
     def send_close_consumer(self, consumer_id: int) -> None: ...
@@ -45,7 +46,12 @@ class Consumer:
     """A consumer attached to a subscription.
 
     ``permits``: messages the client may still receive (may go negative after a batch, as in Pulsar).
-    ``pending_acks``: position -> number of messages in that entry, for entries delivered and not yet acked.
+    ``pending_acks``: position -> messages of that entry still unacknowledged, for entries delivered and not
+    yet fully acked; change it only through ``add_pending`` / ``remove_pending`` / ``set_pending`` /
+    ``clear_pending`` so ``unacked_messages`` stays exact.
+    ``blocked``: dispatch to this consumer is stopped because ``unacked_messages`` reached
+    ``max_unacked_messages_per_consumer`` (Pulsar ``blockedConsumerOnUnackedMsgs``); it is lifted once the
+    count falls to half the limit.
     """
 
     consumer_id: int
@@ -58,11 +64,35 @@ class Consumer:
     connected_since_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     msg_out_counter: int = 0
     bytes_out_counter: int = 0
+    unacked_messages: int = 0
+    blocked: bool = False
 
-    @property
-    def unacked_messages(self) -> int:
-        """Messages delivered to this consumer and not acknowledged yet."""
-        return sum(self.pending_acks.values())
+    def add_pending(self, position: Position, count: int) -> None:
+        """Record the delivery of ``count`` unacknowledged messages of the entry at ``position``."""
+        previous = self.pending_acks.get(position)
+        if previous is not None:
+            self.unacked_messages -= previous
+        self.pending_acks[position] = count
+        self.unacked_messages += count
+
+    def set_pending(self, position: Position, count: int) -> None:
+        """Lower the unacknowledged count of a delivered entry (batch-index acks)."""
+        previous = self.pending_acks.get(position)
+        if previous is not None:
+            self.pending_acks[position] = count
+            self.unacked_messages += count - previous
+
+    def remove_pending(self, position: Position) -> bool:
+        """Forget a delivered entry; returns whether it was pending on this consumer."""
+        count = self.pending_acks.pop(position, None)
+        if count is None:
+            return False
+        self.unacked_messages -= count
+        return True
+
+    def clear_pending(self) -> None:
+        self.pending_acks.clear()
+        self.unacked_messages = 0
 
     def flow(self, permits: int) -> None:
         """Add ``permits`` (messages) granted by CommandFlow; they accumulate."""

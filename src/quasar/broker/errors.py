@@ -8,6 +8,7 @@
         ├── ConsumerBusyError       ConsumerBusy (5)
         ├── NamespaceNotFoundError  MetadataError (1)
         ├── NotAllowedError         NotAllowedError (22)
+        ├── ProducerFencedError     ProducerFenced (25)
         └── PersistenceError        PersistenceError (2)
 
 Codes are the numbers of reference/pulsar-protocol.md §4; the C++ client's reaction to each is §9 there.
@@ -23,6 +24,8 @@ METADATA_ERROR = 1
 PERSISTENCE_ERROR = 2
 CONSUMER_BUSY = 5
 SERVICE_NOT_READY = 6
+PRODUCER_BLOCKED_QUOTA_EXCEEDED_ERROR = 7
+PRODUCER_BLOCKED_QUOTA_EXCEEDED_EXCEPTION = 8
 CHECKSUM_ERROR = 9
 TOPIC_NOT_FOUND = 11
 SUBSCRIPTION_NOT_FOUND = 12
@@ -30,6 +33,7 @@ CONSUMER_NOT_FOUND = 13
 PRODUCER_BUSY = 16
 INVALID_TOPIC_NAME = 17
 NOT_ALLOWED = 22
+PRODUCER_FENCED = 25
 
 
 class BrokerError(QuasarError):
@@ -69,3 +73,10 @@ class NotAllowedError(BrokerError):
 
 class PersistenceError(BrokerError):
     server_error = PERSISTENCE_ERROR
+
+
+class ProducerFencedError(BrokerError):
+    """The producer was fenced by an ExclusiveWithFencing producer (ProducerFenced; fatal for the client)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, server_error=PRODUCER_FENCED)

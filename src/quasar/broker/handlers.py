@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 from quasar.broker import errors as codes
 from quasar.broker.consumer import Consumer
 from quasar.broker.errors import BrokerError, ConsumerBusyError
+from quasar.broker.key_shared_dispatcher import KeySharedMeta
 from quasar.broker.producer import Producer
-from quasar.broker.subscription import SubType
+from quasar.broker.subscription import SubType, ack_set_bits
 from quasar.errors import QuasarError
 from quasar.ledger.position import Position
 from quasar.protocol import CommandType, TopicName, commands, num_messages, parse_headers_and_payload
@@ -172,7 +173,10 @@ class CommandHandlers:
         existing = self.producers.get(cmd.producer_id)
         if existing is not None:
             if existing.topic.name.full_name == cmd.topic:
-                self.write(commands.new_producer_success(cmd.request_id, existing.producer_name, -1))
+                last_sequence_id = existing.topic.dedup.last_published_sequence_id(existing.producer_name)
+                self.write(
+                    commands.new_producer_success(cmd.request_id, existing.producer_name, last_sequence_id)
+                )
             else:
                 self.write(
                     commands.new_error(
@@ -186,14 +190,38 @@ class CommandHandlers:
             topic = self.service.get_or_create_topic(TopicName.parse(cmd.topic))
             user_provided = bool(cmd.producer_name)
             name = cmd.producer_name if user_provided else self.service.generate_producer_name()
-            producer = Producer(cmd.producer_id, name, topic, self, user_provided)  # type: ignore[arg-type]
-            topic.add_producer(producer)
+            producer = Producer(
+                cmd.producer_id,
+                name,
+                topic,  # type: ignore[arg-type]
+                self,  # type: ignore[arg-type]
+                user_provided,
+                access_mode=cmd.producer_access_mode,
+                request_id=cmd.request_id,
+            )
+            ready = topic.add_producer(producer)
         except Exception as exc:
             self._reply_error(cmd.request_id, exc)
             return
         self.producers[cmd.producer_id] = producer
         self.closed_producer_ids.discard(cmd.producer_id)
-        self.write(commands.new_producer_success(cmd.request_id, name, -1))
+        if not ready:  # WaitForExclusive on a busy topic: answered again once it holds the topic
+            self.write(commands.new_producer_success(cmd.request_id, name, -1, producer_ready=False))
+            return
+        self.producer_ready(producer, topic.access.topic_epoch)
+
+    def producer_ready(self, producer: Producer, topic_epoch: int) -> None:
+        """PRODUCER_SUCCESS for a producer that may send now (with ``topic_epoch`` for exclusive modes)."""
+        last_sequence_id = producer.topic.dedup.last_published_sequence_id(producer.producer_name)
+        self.write(
+            commands.new_producer_success(
+                producer.request_id,
+                producer.producer_name,
+                last_sequence_id,
+                topic_epoch=topic_epoch if producer.access_mode != 0 else None,
+                producer_ready=True if producer.access_mode == 2 else None,
+            )
+        )
 
     def _handle_send(self, frame: Frame) -> None:
         cmd = frame.command.send
@@ -215,7 +243,10 @@ class CommandHandlers:
                 )
             )
             return
-        if len(data) > self.config.max_message_size:
+        # Chunks are exempt (Pulsar isExceedMaximumMessageSize returns false for chunked publishes): the C++
+        # client sizes a chunk's payload to max_message_size minus the metadata, so its headers and payload
+        # slightly exceed it; the frame decoder still bounds the frame.
+        if not cmd.is_chunk and len(data) > self.config.max_message_size:
             self.write(
                 commands.new_send_error(
                     cmd.producer_id,
@@ -264,7 +295,7 @@ class CommandHandlers:
             topic = self.service.get_or_create_topic(TopicName.parse(cmd.topic))
             durable = cmd.durable if cmd.HasField("durable") else True
             start = None
-            if not durable and cmd.HasField("start_message_id"):
+            if not durable and topic.is_persistent and cmd.HasField("start_message_id"):
                 start = self._reader_start(topic, position_of(cmd.start_message_id), cmd.initialPosition)
             subscription = topic.get_or_create_subscription(
                 cmd.subscription, durable=durable, initial_position=cmd.initialPosition, start_position=start
@@ -280,7 +311,16 @@ class CommandHandlers:
                 subscription,
                 priority_level=cmd.priority_level,  # type: ignore[arg-type]
             )
-            subscription.add_consumer(consumer, sub_type)
+            key_shared_meta = None
+            if sub_type == SubType.KEY_SHARED and cmd.HasField("keySharedMeta"):
+                meta = cmd.keySharedMeta
+                key_shared_meta = KeySharedMeta(
+                    meta.keySharedMode,
+                    tuple((r.start, r.end) for r in meta.hashRanges),
+                    meta.allowOutOfOrderDelivery,
+                )
+            self.service.check_consumer_limits(topic, subscription)
+            subscription.add_consumer(consumer, sub_type, key_shared_meta)
         except Exception as exc:
             if subscription is not None:
                 subscription.topic.remove_non_durable_if_idle(subscription)
@@ -342,17 +382,51 @@ class CommandHandlers:
             else:
                 self._consumer(cmd.consumer_id, None, "ACK")
             return
-        # A message id with a non-empty ack_set that still has bits set is a partial batch-index ack; the whole
-        # entry stays unacknowledged until its last index is acked (batch-index ack sets: a later issue).
-        positions = [position_of(m) for m in cmd.message_id if not any(m.ack_set)]
-        if positions:
-            subscription = consumer.subscription
-            if cmd.ack_type == ACK_CUMULATIVE:
-                subscription.ack_cumulative(consumer, max(positions))
-            else:
-                subscription.ack_individual(consumer, positions)
+        try:
+            if consumer.subscription.persistent:  # non-persistent: acks change nothing (gotcha 3)
+                self._apply_ack(consumer, cmd)
+        except QuasarError as exc:
+            # Pulsar logs acks it cannot apply; an ack receipt carries the error
+            log.info("ack of consumer %d not applied: %s", cmd.consumer_id, exc)
+            if request_id is not None:
+                code, message = _error_of(exc)
+                self.write(commands.new_ack_response(cmd.consumer_id, request_id, code, message))
+            return
         if request_id is not None:
             self.write(commands.new_ack_response(cmd.consumer_id, request_id))
+
+    @staticmethod
+    def _apply_ack(consumer: Consumer, cmd: Any) -> None:
+        """Apply one CommandAck. A message id whose ack_set still has bits set is a batch-index ack (PIP-54):
+        bit i set = index i not yet acknowledged. Raises ``NotAllowedError`` for an ack_set longer than the
+        delivered batch needs, and the cursor's errors for positions that name no entry."""
+        subscription = consumer.subscription
+        whole: list[Position] = []
+        partial: list[tuple[Position, int]] = []
+        for message_id in cmd.message_id:
+            position = position_of(message_id)
+            if message_id.ack_set and any(message_id.ack_set):
+                if subscription.cursor.batch_ack_set(position) is None:
+                    # first batch-index ack of this entry: the set must fit the delivered batch
+                    count = consumer.pending_acks.get(position)
+                    words = len(message_id.ack_set)
+                    if count is not None and words > (count + 63) // 64:
+                        raise codes.NotAllowedError(
+                            f"ack_set of {words} words for a batch of {count} messages at {position}"
+                        )
+                partial.append((position, ack_set_bits(message_id.ack_set)))
+            else:
+                whole.append(position)
+        if cmd.ack_type == ACK_CUMULATIVE:
+            if partial and (not whole or partial[-1][0] > max(whole)):
+                subscription.ack_cumulative(consumer, partial[-1][0], partial[-1][1])
+            elif whole:
+                subscription.ack_cumulative(consumer, max(whole))
+            return
+        if whole:
+            subscription.ack_individual(consumer, whole)
+        for position, bits in partial:
+            subscription.ack_batch_index(consumer, position, bits)
 
     def _handle_redeliver(self, frame: Frame) -> None:
         cmd = frame.command.redeliverUnacknowledgedMessages
@@ -401,8 +475,10 @@ class CommandHandlers:
         if consumer is None:
             return
         subscription = consumer.subscription
-        ledger = subscription.topic.ledger
         try:
+            if not subscription.persistent:
+                raise codes.NotAllowedError("Seek is not supported on non-persistent topics")
+            ledger = subscription.topic.ledger
             if cmd.HasField("message_id"):
                 target = position_of(cmd.message_id)
                 if target.ledger_id < 0 or target.entry_id < 0:
@@ -433,11 +509,11 @@ class CommandHandlers:
         topic = consumer.subscription.topic
         try:
             ledger_id, entry_id, batch_index = topic.last_message_id()
-            mark_delete = None
-            if consumer.subscription.durable:
-                md = consumer.subscription.cursor.mark_delete_position
-                if md.ledger_id >= 0 and md.entry_id >= 0:
-                    mark_delete = (md.ledger_id, md.entry_id)
+            # consumer_mark_delete_position for every subscription, durable or not, when its ledger id is >= 0
+            # (Pulsar ServerCnx); the C++ client compares it with the last id in an inclusive reader's
+            # hasMessageAvailable.
+            md = consumer.subscription.cursor.mark_delete_position
+            mark_delete = (md.ledger_id, md.entry_id) if md.ledger_id >= 0 else None
         except Exception as exc:
             self._reply_error(cmd.request_id, exc)
             return
@@ -467,7 +543,9 @@ class CommandHandlers:
                 address=self.remote_address,
                 connected_since=str(consumer.connected_since_ms),
                 type=subscription.sub_type.name if subscription.sub_type is not None else "",
-                msg_backlog=subscription.cursor.number_of_entries_in_backlog,
+                msg_backlog=subscription.cursor.number_of_entries_in_backlog
+                if subscription.persistent
+                else 0,
             )
         )
 

@@ -15,9 +15,13 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from quasar.broker.dedup import DUPLICATE_POSITION, DedupStatus
 from quasar.broker.errors import BrokerError, PersistenceError
 from quasar.errors import QuasarError
 from quasar.ledger.position import Position
+
+DROPPED_POSITION = Position(-1, -1)
+"""Receipt id of a non-persistent publish dropped by the connection's in-flight limit."""
 
 if TYPE_CHECKING:
     from quasar.broker.topic import PersistentTopic
@@ -34,12 +38,21 @@ class ProducerConnection(Protocol):
 
     def send_send_error(self, producer_id: int, sequence_id: int, error: int, message: str) -> None: ...
 
+    non_persistent_pending: int
+    max_non_persistent_pending: int
+
+    def close_producer(self, producer: Producer) -> None: ...
+
+    def producer_ready(self, producer: Producer, topic_epoch: int) -> None: ...
+
 
 @dataclass(slots=True)
 class _PendingSend:
     sequence_id: int
     highest_sequence_id: int
     future: asyncio.Future[Position]
+    dedup: bool  # stored with deduplication on: record the outcome in the topic's dedup maps
+    non_persistent: bool = False  # counted in the connection's non-persistent in-flight messages
 
 
 @dataclass(eq=False, slots=True)
@@ -51,6 +64,8 @@ class Producer:
     topic: PersistentTopic
     cnx: ProducerConnection
     user_provided_name: bool
+    access_mode: int = 0  # CommandProducer.producer_access_mode (access_modes.SHARED ...)
+    request_id: int = 0  # of the PRODUCER command (a WaitForExclusive producer is answered again with it)
     _pending: deque[_PendingSend] = field(default_factory=deque)
     msg_in_counter: int = 0
     bytes_in_counter: int = 0
@@ -60,19 +75,78 @@ class Producer:
         self, sequence_id: int, highest_sequence_id: int, num_messages: int, data: memoryview
     ) -> None:
         """Append one entry (``data`` = the SEND's bytes after the command, stored verbatim) and schedule its
-        receipt. ``num_messages`` counts the messages in the entry (for stats)."""
+        receipt. ``num_messages`` counts the messages in the entry (for stats).
+
+        With deduplication enabled on the topic (semantics.md B4), a definite duplicate is not stored and gets
+        a receipt for (-1, -1); an undecidable one (an earlier copy still in flight) gets SEND_ERROR
+        PersistenceError, so the client reconnects and resends. Receipts keep send order either way.
+        """
+        dedup = self.topic.dedup
+        if dedup.enabled:
+            status = dedup.is_duplicate(self.producer_name, sequence_id, highest_sequence_id)
+            if status is not DedupStatus.NOT_DUP:
+                done: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
+                if status is DedupStatus.DUP:
+                    done.set_result(DUPLICATE_POSITION)
+                else:
+                    done.set_exception(
+                        PersistenceError(
+                            f"cannot tell whether sequence id {sequence_id} of {self.producer_name} is a "
+                            "duplicate: an earlier copy is not persisted yet"
+                        )
+                    )
+                self._pending.append(_PendingSend(sequence_id, highest_sequence_id, done, dedup=False))
+                done.add_done_callback(self._on_persisted)
+                return
+        if not self.topic.is_persistent:
+            self._publish_non_persistent(sequence_id, highest_sequence_id, num_messages, data)
+            return
         self.msg_in_counter += num_messages
         self.bytes_in_counter += len(data)
         future = asyncio.ensure_future(self.topic.publish(data))
-        self._pending.append(_PendingSend(sequence_id, highest_sequence_id, future))
+        self._pending.append(_PendingSend(sequence_id, highest_sequence_id, future, dedup=dedup.enabled))
+        future.add_done_callback(self._on_persisted)
+
+    def _publish_non_persistent(
+        self, sequence_id: int, highest_sequence_id: int, num_messages: int, data: memoryview
+    ) -> None:
+        """Non-persistent publish: fanned out and answered with (0, 0), or, past the connection's in-flight
+        limit, dropped and answered with (-1, -1) (Pulsar ServerCnx ``maxConcurrentNonPersistentMessage``)."""
+        cnx = self.cnx
+        if cnx.non_persistent_pending >= cnx.max_non_persistent_pending:
+            done: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
+            done.set_result(DROPPED_POSITION)
+            self._pending.append(_PendingSend(sequence_id, highest_sequence_id, done, dedup=False))
+            done.add_done_callback(self._on_persisted)
+            return
+        cnx.non_persistent_pending += 1
+        self.msg_in_counter += num_messages
+        self.bytes_in_counter += len(data)
+        # the fan-out runs now; the receipt still goes through the queue so receipts keep send order
+        future = asyncio.ensure_future(self.topic.publish(data))
+        self._pending.append(
+            _PendingSend(sequence_id, highest_sequence_id, future, dedup=False, non_persistent=True)
+        )
         future.add_done_callback(self._on_persisted)
 
     def _on_persisted(self, _future: asyncio.Future[Position]) -> None:
         while self._pending and self._pending[0].future.done():
             op = self._pending.popleft()
+            if op.non_persistent:
+                self.cnx.non_persistent_pending -= 1
+            exc = op.future.exception()
+            if op.dedup:
+                dedup = self.topic.dedup
+                if exc is None:
+                    dedup.record_persisted(
+                        self.producer_name,
+                        max(op.sequence_id, op.highest_sequence_id),
+                        op.future.result(),
+                    )
+                else:
+                    dedup.record_failed(self.producer_name)
             if self.closed:
                 continue
-            exc = op.future.exception()
             if exc is None:
                 self.cnx.send_receipt(
                     self.producer_id, op.sequence_id, op.highest_sequence_id, op.future.result()

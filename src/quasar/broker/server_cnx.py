@@ -46,6 +46,9 @@ class ServerCnx(CommandHandlers, asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.remote_address = ""
         self.connected = False  # CONNECT received and answered
+        # non-persistent publishes not yet answered (Pulsar nonPersistentPendingMessages) and their limit
+        self.non_persistent_pending = 0
+        self.max_non_persistent_pending = config.max_concurrent_non_persistent_message_per_connection
         self.client_version = ""
         self.protocol_version = 0
         self.producers: dict[int, Producer] = {}
@@ -182,6 +185,7 @@ class ServerCnx(CommandHandlers, asyncio.Protocol):
         partition: int,
         headers_and_payload: memoryview,
         redelivery_count: int,
+        ack_set: list[int] | None = None,
     ) -> None:
         if self.transport is None or self._closing:
             return
@@ -193,8 +197,17 @@ class ServerCnx(CommandHandlers, asyncio.Protocol):
                 partition,
                 headers_and_payload,
                 redelivery_count=redelivery_count,
+                ack_set=ack_set,
             )
         )
+
+    def close_producer(self, producer: Producer) -> None:
+        """Broker-initiated CLOSE_PRODUCER (backlog quota): detach it; the client reconnects by itself."""
+        if self.producers.get(producer.producer_id) is producer:
+            del self.producers[producer.producer_id]
+            self.closed_producer_ids.add(producer.producer_id)
+        self.detach_producer(producer)
+        self.write(commands.new_close_producer(producer.producer_id, 0))
 
     def send_close_consumer(self, consumer_id: int) -> None:
         """Broker-initiated CLOSE_CONSUMER (seek, unload): the client re-subscribes by itself."""

@@ -7,10 +7,19 @@ a subscription, restored when the topic loads; publishing appends one entry per 
 from __future__ import annotations
 
 import logging
+import time
 
-from quasar.broker.errors import ProducerBusyError
+from quasar.broker.access_modes import ProducerAccess
+from quasar.broker.dedup import DEDUP_CURSOR_NAME, MessageDeduplication
+from quasar.broker.errors import (
+    PRODUCER_BLOCKED_QUOTA_EXCEEDED_ERROR,
+    PRODUCER_BLOCKED_QUOTA_EXCEEDED_EXCEPTION,
+    BrokerError,
+    NotAllowedError,
+)
+from quasar.broker.policies import BacklogQuota, check_backlog_quota
 from quasar.broker.producer import Producer
-from quasar.broker.subscription import Subscription, entry_num_messages
+from quasar.broker.subscription import Subscription, SubscriptionOptions, entry_num_messages
 from quasar.ledger.entry import Entry
 from quasar.ledger.managed_ledger import ManagedLedger
 from quasar.ledger.position import Position
@@ -25,32 +34,77 @@ INITIAL_POSITION_EARLIEST = 1
 class PersistentTopic:
     """One persistent topic partition (or non-partitioned topic)."""
 
-    def __init__(self, name: TopicName, ledger: ManagedLedger, *, max_read_batch_size: int = 100) -> None:
+    is_persistent = True
+
+    def __init__(
+        self,
+        name: TopicName,
+        ledger: ManagedLedger,
+        *,
+        subscription_options: SubscriptionOptions | None = None,
+        max_producers: int = 0,
+        dedup_entries_interval: int = 1000,
+        dedup_max_producers: int = 10_000,
+    ) -> None:
         self.name = name
         self.ledger = ledger
         self.partition_index = name.partition_index
-        self.producers: dict[str, Producer] = {}
+        self.access = ProducerAccess(name.full_name, max_producers=max_producers)
+        self.producers: dict[str, Producer] = self.access.producers
         self.subscriptions: dict[str, Subscription] = {}
-        self._max_read_batch_size = max_read_batch_size
+        self._subscription_options = subscription_options or SubscriptionOptions()
+        self.message_ttl_s = 0  # effective message TTL policy (0 = off)
+        self.backlog_quota = BacklogQuota()  # effective backlog quota
+        self.backlog_blocked: str | None = None  # the producer policy in force while the quota is exceeded
+        self.dedup = MessageDeduplication(
+            ledger, entries_interval=dedup_entries_interval, max_producers=dedup_max_producers
+        )
         for cursor_name, cursor in ledger.cursors.items():
+            if cursor_name == DEDUP_CURSOR_NAME:
+                continue
             self.subscriptions[cursor_name] = Subscription(
-                self, cursor_name, cursor, durable=True, max_read_batch_size=max_read_batch_size
+                self, cursor_name, cursor, durable=True, options=self._subscription_options
             )
         ledger.add_entries_listener(self._on_new_entries)
 
     # ------------------------------------------------------------------ publish
-    def add_producer(self, producer: Producer) -> None:
-        """Register ``producer``; a second producer with the same name gets ProducerBusy (Pulsar)."""
-        existing = self.producers.get(producer.producer_name)
-        if existing is not None and existing is not producer:
-            raise ProducerBusyError(
-                f"Producer with name '{producer.producer_name}' is already connected to topic {self.name.full_name}"
+    def add_producer(self, producer: Producer) -> bool:
+        """Register ``producer`` under its access mode (``access_modes``); returns False when it waits for
+        exclusive access. Raises ProducerBusyError (name taken, limit, access conflict); while the backlog
+        quota is exceeded new producers are refused (ProducerBlockedQuotaExceededError / ...Exception, by the
+        quota's policy)."""
+        quota = self.backlog_quota
+        if (
+            not quota.unlimited
+            and quota.policy != "consumer_backlog_eviction"
+            and check_backlog_quota(self, int(time.time() * 1000))
+        ):
+            if self.backlog_blocked == "producer_exception":
+                raise BrokerError(
+                    f"Cannot create producer on topic with backlog quota exceeded: {self.name.full_name}",
+                    server_error=PRODUCER_BLOCKED_QUOTA_EXCEEDED_EXCEPTION,
+                )
+            raise BrokerError(
+                f"Cannot create producer on topic with backlog quota exceeded: {self.name.full_name}",
+                server_error=PRODUCER_BLOCKED_QUOTA_EXCEEDED_ERROR,
             )
-        self.producers[producer.producer_name] = producer
+        return self.access.add(producer)
 
     def remove_producer(self, producer: Producer) -> None:
-        if self.producers.get(producer.producer_name) is producer:
-            del self.producers[producer.producer_name]
+        self.access.remove(producer)
+
+    def disconnect_producers(self) -> None:
+        """Broker-initiated CLOSE_PRODUCER to every producer (backlog quota exceeded); clients reconnect."""
+        for producer in list(self.producers.values()):
+            producer.cnx.close_producer(producer)
+
+    async def set_deduplication(self, enabled: bool) -> None:
+        """Apply the effective deduplication policy (Pulsar ``checkDeduplicationStatus``). Raises
+        ``ManagedLedgerError`` when the dedup cursor cannot be opened, read or removed."""
+        if enabled:
+            self.dedup.enable()
+        else:
+            await self.dedup.disable()
 
     async def publish(self, data: memoryview) -> Position:
         """Append one entry (SEND bytes after the command, verbatim); returns its position once durable."""
@@ -78,6 +132,8 @@ class PersistentTopic:
         subscription = self.subscriptions.get(name)
         if subscription is not None:
             return subscription
+        if name == DEDUP_CURSOR_NAME:
+            raise NotAllowedError(f"subscription name {name} is reserved by the broker")
         if durable:
             cursor = self.ledger.open_cursor(
                 name, "earliest" if initial_position == INITIAL_POSITION_EARLIEST else "latest"
@@ -90,9 +146,7 @@ class PersistentTopic:
                     else self.ledger.next_valid_position(self.ledger.last_confirmed_entry)
                 )
             cursor = self.ledger.new_non_durable_cursor(start_position)
-        subscription = Subscription(
-            self, name, cursor, durable=durable, max_read_batch_size=self._max_read_batch_size
-        )
+        subscription = Subscription(self, name, cursor, durable=durable, options=self._subscription_options)
         self.subscriptions[name] = subscription
         return subscription
 
@@ -174,5 +228,5 @@ class PersistentTopic:
                 }
                 for name, sub in self.subscriptions.items()
             },
-            "deduplicationStatus": "Disabled",
+            "deduplicationStatus": self.dedup.status,
         }

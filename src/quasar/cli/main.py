@@ -15,10 +15,12 @@ def main() -> None:
 
 def _register() -> None:
     from quasar.cli.demo import demo
+    from quasar.cli.query import query
     from quasar.cli.standalone import standalone
 
     main.add_command(standalone)
     main.add_command(demo)
+    main.add_command(query)
 
 
 _register()

@@ -6,7 +6,9 @@ individually deleted ranges, persisted in the metadata store. Entries are opaque
 
 Modules: ``position``, ``entry``, ``config``, ``errors``, ``range_set`` (PositionRangeSet), ``ack_state``
 (pure ack algorithm), ``ledger_table`` (Position <-> queue offset), ``ledger_id_allocator``, ``cursor_store``,
-``managed_cursor``, ``managed_ledger``, ``factory``.
+``managed_cursor``, ``managed_ledger`` (with ``reads`` and ``trimming``: retention and ledger trimming),
+``factory``. Batch-index ack sets (PIP-54) live in ``AckState.batch_deleted_indexes`` and persist with the
+cursor; cursor properties (``mark_delete(position, properties)``) carry the deduplication snapshot.
 """
 
 from quasar.ledger.ack_state import AckState

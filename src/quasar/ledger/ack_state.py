@@ -15,10 +15,11 @@ or the position the next entry will get when ``p`` is at or past the end.
 Invariants (tested with hypothesis): the mark-delete position never moves backwards through
 ``ack_individual`` / ``ack_cumulative``, and nothing at or below it remains in ``individually_deleted``.
 
-Batch-index acknowledgement (Pulsar ``batchDeletedIndexes``: per entry, a bit set of the batch indexes still
-unacknowledged, ANDed with each incoming ``ack_set``; the entry is deleted when the set becomes empty) is a
-later issue. It belongs here, as a ``batch_deleted_indexes: dict[Position, int]`` field and an
-``ack_batch_indexes(position, ack_set, next_position)`` method feeding ``ack_individual`` when a set empties.
+Batch-index acknowledgement (Pulsar ``batchDeletedIndexes``, semantics.md B2/B7): per entry, a bit set of the
+batch indexes still **unacknowledged** (bit i set = index i not acked), held as a Python int (bit i of word w
+is bit ``64*w + i``). Each incoming ``ack_set`` is ANDed into it (the first one is taken as is); when it
+becomes empty the entry is deleted through ``ack_individual`` and the set dropped. A whole-entry ack, a
+cumulative ack covering the entry or a reset drops the set too.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ class AckState:
 
     mark_delete_position: Position
     individually_deleted: PositionRangeSet = field(default_factory=PositionRangeSet)
+    batch_deleted_indexes: dict[Position, int] = field(default_factory=dict)
 
     def is_acked(self, position: Position) -> bool:
         """Whether ``position`` is at or below the mark-delete position or individually deleted."""
@@ -58,12 +60,33 @@ class AckState:
         """
         mark_delete = self.mark_delete_position
         deleted = self.individually_deleted
+        batches = self.batch_deleted_indexes
         for position in positions:
             ledger_id, entry_id = position
+            if batches:
+                batches.pop(position, None)
             if position <= mark_delete or deleted.contains(position):
                 continue
             deleted.add_open_closed(Position(ledger_id, entry_id - 1), position)
         return self._advance(next_position)
+
+    def ack_batch_indexes(self, position: Position, ack_set: int, next_position: NextPosition) -> Position:
+        """Acknowledge batch indexes of the entry at ``position``: ``ack_set`` has bit i set for each index
+        still unacknowledged *in the consumer's view* (Pulsar's ack_set). It is ANDed into the stored set; an
+        empty result deletes the whole entry. Returns the (possibly new) mark-delete position. Ignored for an
+        entry already deleted."""
+        if position <= self.mark_delete_position or self.individually_deleted.contains(position):
+            return self.mark_delete_position
+        current = self.batch_deleted_indexes.get(position)
+        remaining = ack_set if current is None else current & ack_set
+        if remaining == 0:
+            return self.ack_individual((position,), next_position)
+        self.batch_deleted_indexes[position] = remaining
+        return self.mark_delete_position
+
+    def batch_ack_set(self, position: Position) -> int | None:
+        """The stored unacknowledged-index set of ``position``, None when the entry has none."""
+        return self.batch_deleted_indexes.get(position)
 
     def ack_cumulative(self, position: Position, next_position: NextPosition) -> Position:
         """Acknowledge everything up to and including ``position`` (Pulsar ``asyncMarkDelete``) and return the
@@ -83,6 +106,7 @@ class AckState:
             return mark_delete
         self.mark_delete_position = position
         self.individually_deleted.remove_at_most(position)
+        self._drop_batches_at_most(position)
         return self._advance(next_position)
 
     def reset(self, mark_delete_position: Position) -> None:
@@ -90,6 +114,13 @@ class AckState:
         (Pulsar ``internalResetCursor``)."""
         self.mark_delete_position = mark_delete_position
         self.individually_deleted.clear()
+        self.batch_deleted_indexes.clear()
+
+    def _drop_batches_at_most(self, position: Position) -> None:
+        batches = self.batch_deleted_indexes
+        if batches:
+            for key in [p for p in batches if p <= position]:
+                del batches[key]
 
     def _advance(self, next_position: NextPosition) -> Position:
         deleted = self.individually_deleted
@@ -104,4 +135,5 @@ class AckState:
         if mark_delete != self.mark_delete_position:
             self.mark_delete_position = mark_delete
             deleted.remove_at_most(mark_delete)
+            self._drop_batches_at_most(mark_delete)
         return mark_delete

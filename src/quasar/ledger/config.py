@@ -36,6 +36,18 @@ class ManagedLedgerConfig:
     """At most this many individually-deleted ranges are persisted per cursor; the ones above are kept only in
     memory and redelivered after a crash (``managedLedgerMaxUnackedRangesToPersist``)."""
 
+    max_batch_deleted_index_to_persist: int = 10_000
+    """At most this many partly acknowledged batch entries (their batch-index ack sets) are persisted per
+    cursor, the lowest positions first (``maxBatchDeletedIndexToPersist``)."""
+
+    retention_time_ms: int = -1
+    """Initial retention of consumed ledgers (ms; -1 unlimited, 0 none); ``ManagedLedger.set_retention``
+    changes it per ledger. Pulsar's library default is 0 (the broker sets it from the retention policy,
+    ``defaultRetentionTimeInMinutes`` = 0); Quasar's library keeps everything until told otherwise."""
+
+    retention_size_bytes: int = -1
+    """Initial retention size of consumed ledgers (bytes; -1 unlimited, 0 none), as ``retention_time_ms``."""
+
     cursor_persist_interval_ms: int = 1000
     """Durable cursor state is persisted at most once per this interval (ms), in the background; cursors are
     always persisted on close (Pulsar ``managedLedgerDefaultMarkDeleteRateLimit`` = 1.0/s)."""
@@ -57,5 +69,12 @@ class ManagedLedgerConfig:
             raise ValueError(
                 f"max_unacked_ranges_to_persist must be >= 0, got {self.max_unacked_ranges_to_persist}"
             )
+        if self.max_batch_deleted_index_to_persist < 0:
+            raise ValueError(
+                "max_batch_deleted_index_to_persist must be >= 0, "
+                f"got {self.max_batch_deleted_index_to_persist}"
+            )
+        if self.retention_time_ms < -1 or self.retention_size_bytes < -1:
+            raise ValueError("retention_time_ms and retention_size_bytes must be >= -1")
         if self.cursor_persist_interval_ms <= 0:
             raise ValueError(f"cursor_persist_interval_ms must be > 0, got {self.cursor_persist_interval_ms}")

@@ -21,6 +21,11 @@ Value (JSON object)::
                                                    at most max_unacked_ranges_to_persist (``MessageRange``)
     last_active_ms        int                      when the state was taken, ms since epoch (``lastActive``)
     properties            {str: int}               cursor properties (``ManagedCursorInfo.properties``)
+    batch_deleted         [[ledger_id, entry_id,   batch-index ack sets of partly acked entries: the words of
+                            [word, ...]]...]       the bit set of indexes still unacked, bit i of word w =
+                                                   index 64*w+i, unsigned 64-bit, lowest positions first, at
+                                                   most max_batch_deleted_index_to_persist
+                                                   (``BatchedEntryDeletionIndexInfo``); optional
 """
 
 from __future__ import annotations
@@ -58,6 +63,8 @@ class CursorSnapshot:
     individually_deleted: tuple[tuple[int, int, int], ...] = ()
     last_active_ms: int = 0
     properties: Mapping[str, int] = field(default_factory=dict)
+    batch_deleted: tuple[tuple[int, int, int], ...] = ()
+    """``(ledger_id, entry_id, unacked index bit set)`` of partly acknowledged batch entries."""
 
     @classmethod
     def take(
@@ -69,15 +76,28 @@ class CursorSnapshot:
         max_ranges: int,
         now_ms: int,
         properties: Mapping[str, int] | None = None,
+        batch_deleted: Mapping[Position, int] | None = None,
+        max_batch_entries: int = 10_000,
     ) -> CursorSnapshot:
-        """Copy the state, keeping only the lowest ``max_ranges`` ranges."""
+        """Copy the state, keeping only the lowest ``max_ranges`` ranges and ``max_batch_entries`` batch-index
+        sets."""
         ranges: list[tuple[int, int, int]] = []
         if max_ranges > 0:
             for ledger_id, first, last in individually_deleted.runs():
                 ranges.append((ledger_id, first - 1, last))
                 if len(ranges) >= max_ranges:
                     break
-        return cls(name, mark_delete_position, tuple(ranges), now_ms, dict(properties or {}))
+        batches: tuple[tuple[int, int, int], ...] = ()
+        if batch_deleted and max_batch_entries > 0:
+            batches = tuple(
+                (p.ledger_id, p.entry_id, bits)
+                for p, bits in sorted(batch_deleted.items())[:max_batch_entries]
+            )
+        return cls(name, mark_delete_position, tuple(ranges), now_ms, dict(properties or {}), batches)
+
+    def batch_deleted_map(self) -> dict[Position, int]:
+        """The persisted batch-index sets by position."""
+        return {Position(ledger_id, entry_id): bits for ledger_id, entry_id, bits in self.batch_deleted}
 
     def range_set(self) -> PositionRangeSet:
         """The persisted ranges as a new PositionRangeSet."""
@@ -94,6 +114,7 @@ class CursorSnapshot:
             "individually_deleted": [list(r) for r in self.individually_deleted],
             "last_active_ms": self.last_active_ms,
             "properties": dict(self.properties),
+            "batch_deleted": [[lid, eid, _to_words(bits)] for lid, eid, bits in self.batch_deleted],
         }
 
     @classmethod
@@ -116,8 +137,23 @@ class CursorSnapshot:
             if not isinstance(name, str):
                 raise ValueError(f"bad cursor name {name!r}")
             properties = dict(value.get("properties") or {})
+            if not all(isinstance(k, str) and _is_int(v) for k, v in properties.items()):
+                raise ValueError(f"bad cursor properties {properties!r}")
+            batches = []
+            for ledger, entry, words in value.get("batch_deleted") or ():
+                if not (_is_int(ledger) and _is_int(entry) and ledger >= 0 and entry >= 0):
+                    raise ValueError(f"bad batch position {[ledger, entry]!r}")
+                bits = _from_words(words)
+                if bits == 0:
+                    raise ValueError(f"empty batch-index set at {[ledger, entry]!r}")
+                batches.append((ledger, entry, bits))
             return cls(
-                name, Position(ledger_id, entry_id), tuple(ranges), int(value["last_active_ms"]), properties
+                name,
+                Position(ledger_id, entry_id),
+                tuple(ranges),
+                int(value["last_active_ms"]),
+                properties,
+                tuple(batches),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise MetadataError(f"malformed cursor state {value!r}: {exc}") from exc
@@ -125,6 +161,24 @@ class CursorSnapshot:
 
 def _is_int(value: Any) -> bool:
     return type(value) is int
+
+
+_WORD = (1 << 64) - 1
+
+
+def _to_words(bits: int) -> list[int]:
+    return [(bits >> (64 * i)) & _WORD for i in range((bits.bit_length() + 63) // 64)]
+
+
+def _from_words(words: Any) -> int:
+    if not isinstance(words, list):
+        raise ValueError(f"bad batch-index words {words!r}")
+    bits = 0
+    for i, word in enumerate(words):
+        if not _is_int(word) or not 0 <= word <= _WORD:
+            raise ValueError(f"bad batch-index word {word!r}")
+        bits |= word << (64 * i)
+    return bits
 
 
 class CursorStore:

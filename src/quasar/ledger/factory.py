@@ -90,12 +90,26 @@ class ManagedLedgerFactory:
             if not ledger.is_closed:
                 await ledger.flush_cursors()
 
+    async def flush_and_trim(self) -> None:
+        """One background round: take each ledger's trim bound, persist the cursors, then trim ledgers below
+        the bound that retention no longer keeps (so persisted cursors never point into deleted ledgers)."""
+        ledgers = [ledger for ledger in self._ledgers.values() if not ledger.is_closed]
+        bounds = [ledger.trim_bound() for ledger in ledgers]
+        for ledger, bound in zip(ledgers, bounds, strict=True):
+            if ledger.is_closed:
+                continue
+            await ledger.flush_cursors()
+            try:
+                await ledger.trim_ledgers(bound)
+            except QuasarError:
+                log.exception("%s: trimming failed", ledger.name)
+
     async def _flush_loop(self) -> None:
         interval_s = self._config.cursor_persist_interval_ms / 1000
         while True:
             await asyncio.sleep(interval_s)
             try:
-                await self.flush_cursors()
+                await self.flush_and_trim()
             except Exception:  # never let the owned task die silently; the next round retries
                 log.exception("cursor flush round failed")
 

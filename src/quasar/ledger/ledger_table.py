@@ -114,6 +114,17 @@ class LedgerTable:
         self._ids.append(info.ledger_id)
         self._firsts.append(info.first_queue_offset)
 
+    def drop_first(self, count: int) -> list[LedgerInfo]:
+        """Remove the ``count`` oldest ledgers (trimming) and return them; the last ledger always stays
+        (``ValueError`` otherwise)."""
+        if not 0 <= count < len(self.rows):
+            raise ValueError(f"can drop 0..{len(self.rows) - 1} ledgers, not {count}")
+        dropped = self.rows[:count]
+        del self.rows[:count]
+        del self._ids[:count]
+        del self._firsts[:count]
+        return dropped
+
     @property
     def last(self) -> LedgerInfo:
         return self.rows[-1]

@@ -52,6 +52,7 @@ class ManagedCursor:
         *,
         store: CursorStore | None,
         max_ranges_to_persist: int,
+        max_batch_entries_to_persist: int = 10_000,
     ) -> None:
         self._ledger = ledger
         self._name = name
@@ -60,11 +61,13 @@ class ManagedCursor:
         self._read_offset = max(read_offset, self._table.offset_after(state.mark_delete_position))
         self._store = store
         self._max_ranges = max_ranges_to_persist
+        self._max_batch_entries = max_batch_entries_to_persist
         # durable state versions: changed on every ack/reset, persisted when a write of that version completed
         self._version = 1 if store is not None else 0
         self._persisted_version = 0
         self._closed = False
         self._persist_lock = asyncio.Lock() if store is not None else None
+        self._properties: dict[str, int] = {}
 
     # ------------------------------------------------------------------ identity and state
     @property
@@ -98,6 +101,12 @@ class ManagedCursor:
     def individually_deleted(self) -> PositionRangeSet:
         """Acknowledged positions above the mark-delete position (read-only view: do not mutate)."""
         return self._state.individually_deleted
+
+    @property
+    def properties(self) -> dict[str, int]:
+        """Properties stored with the mark-delete position (Pulsar ``PositionInfo.properties``: name -> int64;
+        the deduplication cursor keeps producer name -> highest persisted sequence id there). A copy."""
+        return dict(self._properties)
 
     @property
     def is_dirty(self) -> bool:
@@ -176,14 +185,19 @@ class ManagedCursor:
         self._read_offset = self._table.offset_after(self._state.mark_delete_position)
 
     # ------------------------------------------------------------------ acks
-    def mark_delete(self, position: Position) -> None:
+    def mark_delete(self, position: Position, properties: dict[str, int] | None = None) -> None:
         """Cumulative ack: everything up to and including ``position`` (Pulsar ``asyncMarkDelete``).
 
+        ``properties`` (name -> int64), when given, replace the cursor's properties and are persisted with the
+        position (Pulsar ``asyncMarkDelete(position, properties)``).
         The mark-delete position may then jump further over individually deleted ranges that follow. Raises
         ``InvalidCursorPositionError`` past the last confirmed entry, ``MarkDeletingMarkedPositionError``
         behind the current mark-delete position (the same position is a no-op).
         """
         self._check_open()
+        if properties is not None and position >= self._state.mark_delete_position:
+            self._properties = dict(properties)
+            self._touch()
         if position > self._ledger.last_confirmed_entry:
             raise InvalidCursorPositionError(
                 f"cannot mark-delete {position}: past the last confirmed entry "
@@ -223,6 +237,32 @@ class ManagedCursor:
             self._after_mark_delete_moved()
         elif state.individually_deleted.cardinality != count:
             self._touch()
+
+    def delete_batch_indexes(self, position: Position, ack_set: int) -> None:
+        """Batch-index ack (PIP-54): ``ack_set`` has bit i set for each index of the entry at ``position``
+        still unacknowledged; it is ANDed into the stored set and the entry is deleted once the set is empty
+        (Pulsar ``ManagedCursorImpl.internalDelete`` with ``deletionAtBatchIndexLevelEnabled``). An entry
+        already deleted is ignored. Raises ``InvalidCursorPositionError`` when ``position`` names no confirmed
+        entry, ``ValueError`` for a negative ``ack_set``."""
+        self._check_open()
+        if ack_set < 0:
+            raise ValueError(f"ack_set must be a non-negative bit set, got {ack_set}")
+        offset = self._table.offset_of(position)
+        if offset is None or offset >= self._ledger._confirmed_end:
+            raise InvalidCursorPositionError(
+                f"cannot acknowledge {position}: no confirmed entry has that position", position=position
+            )
+        state = self._state
+        before = (state.mark_delete_position, state.batch_deleted_indexes.get(position))
+        state.ack_batch_indexes(position, ack_set, self._table.next_position)
+        if state.mark_delete_position != before[0]:
+            self._after_mark_delete_moved()
+        elif state.batch_deleted_indexes.get(position) != before[1]:
+            self._touch()
+
+    def batch_ack_set(self, position: Position) -> int | None:
+        """The unacknowledged batch indexes of a partly acked entry (bit i = index i), None otherwise."""
+        return self._state.batch_deleted_indexes.get(position)
 
     def is_acked(self, position: Position) -> bool:
         """Whether ``position`` is at or below the mark-delete position or individually deleted."""
@@ -275,6 +315,9 @@ class ManagedCursor:
             self._state.individually_deleted,
             max_ranges=self._max_ranges,
             now_ms=int(time.time() * 1000),
+            properties=self._properties,
+            batch_deleted=self._state.batch_deleted_indexes,
+            max_batch_entries=self._max_batch_entries,
         )
 
     async def flush(self) -> None:

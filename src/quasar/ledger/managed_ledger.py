@@ -20,6 +20,8 @@ Crash recovery (at construction): ledger rows whose first offset lies past the s
 were never receipted), the last ledger is sized from the store's max queue offset, and everything the store
 recovered counts as confirmed.
 
+Reads live in ``reads`` (``LedgerReadsMixin``), retention and trimming in ``trimming`` (``TrimmingMixin``).
+
 Metadata: ``/managed-ledgers/<name>`` holds the ledger table (``LedgerTable.to_json``); cursors live under
 ``/cursors/<name>/`` (``cursor_store``).
 """
@@ -41,7 +43,6 @@ from quasar.errors import QuasarError
 from quasar.ledger.ack_state import AckState
 from quasar.ledger.config import ManagedLedgerConfig
 from quasar.ledger.cursor_store import CursorSnapshot, CursorStore
-from quasar.ledger.entry import Entry
 from quasar.ledger.errors import (
     CursorNotFoundError,
     InvalidEntryError,
@@ -56,9 +57,11 @@ from quasar.ledger.errors import (
 from quasar.ledger.ledger_id_allocator import LedgerIdAllocator
 from quasar.ledger.ledger_table import LedgerInfo
 from quasar.ledger.ledger_table_store import LEDGER_KEY_PREFIX, QUEUE_ID, LedgerTableStore
-from quasar.ledger.managed_cursor import DEFAULT_READ_MAX_BYTES, ManagedCursor
+from quasar.ledger.managed_cursor import ManagedCursor
 from quasar.ledger.position import Position
-from quasar.storage.status import GetStatus, PutStatus
+from quasar.ledger.reads import LedgerReadsMixin
+from quasar.ledger.trimming import TrimmingMixin
+from quasar.storage.status import PutStatus
 
 __all__ = ["LEDGER_KEY_PREFIX", "QUEUE_ID", "InitialPosition", "ManagedLedger"]
 
@@ -69,9 +72,6 @@ _FLUSH_TIMEOUT_STATUSES = frozenset(
 )
 _INVALID_ENTRY_STATUSES = frozenset({PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED})
 _BUSY_STATUSES = frozenset({PutStatus.OS_PAGE_CACHE_BUSY})
-_SKIP_STATUSES = frozenset(
-    {GetStatus.OFFSET_TOO_SMALL, GetStatus.MESSAGE_WAS_REMOVING, GetStatus.OFFSET_FOUND_NULL}
-)
 
 
 class InitialPosition(enum.Enum):
@@ -99,7 +99,7 @@ def _put_error(status: PutStatus, name: str) -> ManagedLedgerError:
     return ManagedLedgerStorageError(message, status=status.name)
 
 
-class ManagedLedger:
+class ManagedLedger(LedgerReadsMixin, TrimmingMixin):
     """One managed ledger (a topic partition's log) on ``store``.
 
     Arguments: ``name`` (the managed ledger / topic name; also the store topic), ``store`` (a
@@ -141,6 +141,9 @@ class ManagedLedger:
         # rows not yet durable: (first queue offset, persist future)
         self._unpersisted: deque[tuple[int, asyncio.Future[None]]] = deque()
         self._flushed_end = 0  # one past the highest queue offset whose flush completed
+        self._retention_time_ms = config.retention_time_ms  # -1 = unlimited, 0 = delete once consumed
+        self._retention_size_bytes = config.retention_size_bytes
+        self._trimming = False
         recovered = self._table_store.recover(self._allocator.allocate, self._clock_ms())
         self._roll_pending = recovered.roll_pending  # a reopened ledger with entries: next add rolls over
         self._current_size = recovered.current_size  # bytes of entry data in the current (last) ledger
@@ -203,14 +206,20 @@ class ManagedLedger:
         """The durable cursors by name (read-only view)."""
         return self._cursors.copy()
 
-    def _first_available_offset(self) -> int:
-        return max(self._table.first_offset, self._store.min_queue_offset(self._name, QUEUE_ID))
+    def _trim_allowed(self) -> bool:
+        return self._state is _State.OPEN
 
     # ------------------------------------------------------------------ positions
     def next_valid_position(self, position: Position) -> Position:
         """Position of the first entry after ``position``; at most the position after the last confirmed
         entry (Pulsar ``getNextValidPosition``)."""
         return self._table.position_of(min(self._table.offset_after(position), self._confirmed_end))
+
+    def position_after(self, position: Position, count: int) -> Position:
+        """Position of the ``count``-th entry after ``position`` (``count`` >= 1), at most the last confirmed
+        entry (used to skip a number of entries, e.g. backlog eviction)."""
+        offset = self._table.offset_after(position) + max(count, 1) - 1
+        return self._table.position_of(min(offset, self._confirmed_end - 1))
 
     def previous_position(self, position: Position) -> Position:
         """Position of the last entry before ``position`` (``(first ledger, -1)`` when none), Pulsar
@@ -378,99 +387,6 @@ class ManagedLedger:
         if self._state is _State.FENCED:
             raise ManagedLedgerFencedError(f"managed ledger {self._name} is fenced; close and reopen it")
 
-    # ------------------------------------------------------------------ reads
-    def read_entries(
-        self, start: Position, max_entries: int, max_bytes: int = DEFAULT_READ_MAX_BYTES
-    ) -> list[Entry]:
-        """Up to ``max_entries`` confirmed entries from ``start`` (or the first entry after it when it names
-        none), within about ``max_bytes`` (at least one entry is returned). ``[]`` when none."""
-        if max_entries < 1:
-            raise ValueError(f"max_entries must be >= 1, got {max_entries}")
-        entries, _ = self._read_offsets(self._table.ceil_offset(start), max_entries, max_bytes)
-        return entries
-
-    def get_entry(self, position: Position) -> Entry | None:
-        """The confirmed entry at ``position``, or None when there is none (or the store no longer has it)."""
-        offset = self._table.offset_of(position)
-        if offset is None or offset >= self._confirmed_end:
-            return None
-        entries, _ = self._read_offsets(offset, 1, DEFAULT_READ_MAX_BYTES)
-        return entries[0] if entries and entries[0].queue_offset == offset else None
-
-    def _read_offsets(self, offset: int, max_count: int, max_bytes: int) -> tuple[list[Entry], int]:
-        """Confirmed entries from queue ``offset``; returns them and the queue offset after the last one (or
-        where reading would resume when there are none: past entries removed by store retention)."""
-        end = self._confirmed_end
-        if offset >= end:
-            return [], offset
-        first = self._first_available_offset()
-        if offset < first:
-            offset = first
-            if offset >= end:
-                return [], offset
-        while True:
-            try:
-                result = self._store.get(
-                    self._name, QUEUE_ID, offset, min(max_count, end - offset), max_bytes
-                )
-            except QuasarError as exc:
-                raise ManagedLedgerStorageError(
-                    f"store failed to read {self._name} at {offset}: {exc}"
-                ) from exc
-            messages = result.messages
-            if messages:
-                break
-            # removed or missing data: go on from where the store says the queue continues (never backwards)
-            if result.status in _SKIP_STATUSES and offset < result.next_begin_offset < end:
-                offset = result.next_begin_offset
-                continue
-            if result.status in _SKIP_STATUSES and result.next_begin_offset >= end:
-                return [], end
-            return [], offset
-        table = self._table
-        index = table.index_of_offset(messages[0].queue_offset)
-        ledger_id = table.rows[index].ledger_id
-        ledger_first = table.rows[index].first_queue_offset
-        ledger_end = table.ledger_end(index)
-        entries = []
-        for message in messages:
-            queue_offset = message.queue_offset
-            if queue_offset >= end:
-                break
-            if queue_offset >= ledger_end:
-                index = table.index_of_offset(queue_offset)
-                ledger_id = table.rows[index].ledger_id
-                ledger_first = table.rows[index].first_queue_offset
-                ledger_end = table.ledger_end(index)
-            entries.append(
-                Entry(
-                    Position(ledger_id, queue_offset - ledger_first),
-                    message.body,
-                    queue_offset,
-                    message.store_timestamp,
-                    message,
-                )
-            )
-        return entries, (entries[-1].queue_offset + 1 if entries else offset)
-
-    def find_newest_matching(self, condition: Callable[[Entry], bool]) -> Position | None:
-        """The last confirmed entry for which ``condition`` holds, assuming it holds for a prefix of the
-        ledger (binary search, one read per probe; Pulsar ``asyncFindNewestMatching``). None if no entry
-        matches. Seek-by-publish-time passes ``lambda e: publish_time(e) < t``."""
-        low, high = self._first_available_offset(), self._confirmed_end - 1
-        found = None
-        while low <= high:
-            middle = (low + high) // 2
-            entries, _ = self._read_offsets(middle, 1, 1)
-            if not entries:
-                break
-            if condition(entries[0]):
-                found = entries[0].position
-                low = entries[0].queue_offset + 1
-            else:
-                high = middle - 1
-        return found
-
     # ------------------------------------------------------------------ cursors
     def open_cursor(
         self,
@@ -526,8 +442,9 @@ class ManagedLedger:
         return cursor
 
     def _restore_cursor(self, snapshot: CursorSnapshot) -> ManagedCursor:
-        state = AckState(snapshot.mark_delete_position, snapshot.range_set())
+        state = AckState(snapshot.mark_delete_position, snapshot.range_set(), snapshot.batch_deleted_map())
         cursor = self._make_cursor(snapshot.name, state, durable=True)
+        cursor._properties = dict(snapshot.properties)
         cursor._mark_persisted()
         return cursor
 
@@ -539,6 +456,7 @@ class ManagedLedger:
             self._table.offset_after(state.mark_delete_position),
             store=self._cursor_store if durable else None,
             max_ranges_to_persist=self._config.max_unacked_ranges_to_persist,
+            max_batch_entries_to_persist=self._config.max_batch_deleted_index_to_persist,
         )
 
     async def delete_cursor(self, name: str) -> None:

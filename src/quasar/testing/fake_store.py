@@ -111,6 +111,8 @@ class FakeMessageStore:
         self._paused = False
         self._held: list[tuple[asyncio.Future[PutStatus], int]] = []
         self.put_count = 0
+        self.queue_min_offsets: dict[tuple[str, int], int] = {}
+        """What ``set_queue_min_offset`` was told, per (topic, queue id)."""
 
     # ------------------------------------------------------------------ fault injection
     def fail_now(self, status: PutStatus = PutStatus.UNKNOWN_ERROR) -> None:
@@ -153,6 +155,14 @@ class FakeMessageStore:
             future.cancel()
         self._held.clear()
         self._paused = False
+
+    def set_queue_min_offset(self, topic: str, queue_id: int, queue_offset: int) -> None:
+        """The ledger no longer needs units below ``queue_offset`` (trimming); the fake drops them at once
+        (the real store deletes commit-log segments that no queue needs and that are expired)."""
+        self.queue_min_offsets[(topic, queue_id)] = max(
+            queue_offset, self.queue_min_offsets.get((topic, queue_id), 0)
+        )
+        self.remove_before(topic, queue_id, queue_offset)
 
     def remove_before(self, topic: str, queue_id: int, offset: int) -> None:
         """Retention: drop the messages of a queue below ``offset``."""

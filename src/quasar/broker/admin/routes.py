@@ -14,6 +14,7 @@ from aiohttp import web
 
 from quasar.broker.broker_service import BrokerService, TopicExistsError
 from quasar.broker.errors import BrokerError, NamespaceNotFoundError, NotAllowedError, TopicNotFoundError
+from quasar.broker.policies import BACKLOG_QUOTA, MESSAGE_TTL, RETENTION, BacklogQuota, parse_retention
 from quasar.protocol import TopicName
 from quasar.protocol.errors import InvalidTopicNameError
 
@@ -173,6 +174,42 @@ async def get_stats(request: web.Request) -> web.Response:
     return web.json_response(service.get_or_create_topic(topic, create=False).stats())
 
 
+async def get_internal_stats(request: web.Request) -> web.Response:
+    """PersistentTopicInternalStats (subset): ledgers, entries, size, cursors with their positions."""
+    topic = _topic(request)
+    loaded = _service(request).get_or_create_topic(topic, create=False)
+    ledger = getattr(loaded, "ledger", None)
+    if ledger is None:
+        raise NotAllowedError("internal stats exist only for persistent topics")
+    ledgers = ledger.ledgers
+    last = ledger.last_confirmed_entry
+    return web.json_response(
+        {
+            "numberOfEntries": ledger.number_of_entries,
+            "totalSize": ledger.total_size,
+            "lastConfirmedEntry": f"{last.ledger_id}:{last.entry_id}",
+            "ledgers": [
+                {
+                    "ledgerId": r.ledger_id,
+                    "entries": r.entries,
+                    "size": r.size_bytes,
+                    "createdMs": r.created_ms,
+                }
+                for r in ledgers
+            ],
+            "cursors": {
+                name: {
+                    "markDeletePosition": "{}:{}".format(*cursor.mark_delete_position),
+                    "readPosition": "{}:{}".format(*cursor.read_position),
+                    "numberOfEntriesSinceFirstNotAckedMessage": cursor.number_of_entries_in_backlog,
+                    "properties": cursor.properties,
+                }
+                for name, cursor in ledger.cursors.items()
+            },
+        }
+    )
+
+
 async def get_subscriptions(request: web.Request) -> web.Response:
     topic = _topic(request)
     loaded = _service(request).get_or_create_topic(topic, create=False)
@@ -191,6 +228,161 @@ async def get_last_message_id(request: web.Request) -> web.Response:
     if batch_index >= 0:
         body["batchIndex"] = batch_index
     return web.json_response(body)
+
+
+async def delete_subscription(request: web.Request) -> web.Response:
+    """DELETE {topic}/subscription/{subscription}[?force=true] (Pulsar ``deleteSubscription``): 412 while
+    consumers are connected unless ``force``, which disconnects them first; 404 for an unknown one."""
+    topic = _topic(request)
+    name = request.match_info["subscription"]
+    force = request.query.get("force", "false").lower() == "true"
+    loaded = _service(request).get_or_create_topic(topic, create=False)
+    subscription = loaded.subscriptions.get(name)
+    if subscription is None:
+        raise TopicNotFoundError(f"Subscription {name} not found")
+    if subscription.consumers:
+        if not force:
+            raise NotAllowedError(f"Subscription {name} has active consumers")
+        subscription.close_consumers()
+    await loaded.delete_subscription(name)
+    return web.Response(status=204)
+
+
+# ---------------------------------------------------------------------- deduplication policies
+def _bool_body(body: Any) -> bool:
+    if not isinstance(body, bool):
+        raise ValueError(f"expected true or false as the request body, got {body!r}")
+    return body
+
+
+async def post_namespace_deduplication(request: web.Request) -> web.Response:
+    """POST /admin/v2/namespaces/{tenant}/{ns}/deduplication with ``true``/``false`` (Pulsar
+    ``setDeduplicationStatus``): 204; applied at once to the namespace's loaded topics."""
+    namespace = _namespace(request)
+    enabled = _bool_body(await _json_body(request))
+    await _service(request).set_namespace_deduplication(namespace, enabled)
+    return web.Response(status=204)
+
+
+async def get_namespace_deduplication(request: web.Request) -> web.Response:
+    """GET .../deduplication: the namespace policy (``true``/``false``), or ``null`` when unset."""
+    namespace = _namespace(request)
+    return web.json_response(_service(request).namespace_deduplication(namespace))
+
+
+async def delete_namespace_deduplication(request: web.Request) -> web.Response:
+    namespace = _namespace(request)
+    await _service(request).set_namespace_deduplication(namespace, None)
+    return web.Response(status=204)
+
+
+async def post_topic_deduplication(request: web.Request) -> web.Response:
+    """POST {topic}/deduplicationEnabled with ``true``/``false`` (Pulsar topic policy
+    ``setDeduplicationStatus``): 204."""
+    topic = _topic(request)
+    _namespace(request)
+    enabled = _bool_body(await _json_body(request))
+    await _service(request).set_topic_deduplication(topic, enabled)
+    return web.Response(status=204)
+
+
+async def get_topic_deduplication(request: web.Request) -> web.Response:
+    """GET {topic}/deduplicationEnabled: the topic policy, or ``null`` when unset (the namespace applies)."""
+    topic = _topic(request)
+    _namespace(request)
+    return web.json_response(_service(request).topic_deduplication(topic))
+
+
+async def delete_topic_deduplication(request: web.Request) -> web.Response:
+    topic = _topic(request)
+    _namespace(request)
+    await _service(request).set_topic_deduplication(topic, None)
+    return web.Response(status=204)
+
+
+# ---------------------------------------------------------------------- retention, TTL, backlog quota
+def _parse_ttl(body: Any) -> int:
+    if type(body) is not int or body < 0:
+        raise ValueError(f"messageTTL must be an integer >= 0 (seconds), got {body!r}")
+    return body
+
+
+def _parse_quota(body: Any) -> dict[str, Any]:
+    return BacklogQuota.from_json(body).to_json()
+
+
+_POLICY_PARSERS: dict[str, Callable[[Any], Any]] = {
+    RETENTION: parse_retention,
+    MESSAGE_TTL: _parse_ttl,
+    BACKLOG_QUOTA: _parse_quota,
+}
+
+
+def _policy_handlers(key: str) -> tuple[Handler, Handler, Handler, Handler, Handler, Handler]:
+    """POST/GET/DELETE handlers for policy ``key`` at namespace and topic level. The body is the policy's
+    JSON; the topic-level messageTTL also takes ``?messageTTL=<s>`` as Pulsar's admin client sends it."""
+    parse = _POLICY_PARSERS[key]
+
+    async def body_value(request: web.Request) -> Any:
+        if key == MESSAGE_TTL and "messageTTL" in request.query:
+            try:
+                return parse(int(request.query["messageTTL"]))
+            except ValueError:
+                raise ValueError(
+                    f"messageTTL must be an integer, got {request.query['messageTTL']!r}"
+                ) from None
+        return parse(await _json_body(request))
+
+    async def post_namespace(request: web.Request) -> web.Response:
+        namespace = _namespace(request)
+        await _service(request).set_namespace_policy(namespace, key, await body_value(request))
+        return web.Response(status=204)
+
+    async def get_namespace(request: web.Request) -> web.Response:
+        return web.json_response(_service(request).namespace_policy(_namespace(request), key))
+
+    async def delete_namespace(request: web.Request) -> web.Response:
+        await _service(request).set_namespace_policy(_namespace(request), key, None)
+        return web.Response(status=204)
+
+    async def post_topic(request: web.Request) -> web.Response:
+        topic = _topic(request)
+        _namespace(request)
+        await _service(request).set_topic_policy(topic, key, await body_value(request))
+        return web.Response(status=204)
+
+    async def get_topic(request: web.Request) -> web.Response:
+        topic = _topic(request)
+        _namespace(request)
+        return web.json_response(_service(request).topic_policy(topic, key))
+
+    async def delete_topic(request: web.Request) -> web.Response:
+        topic = _topic(request)
+        _namespace(request)
+        await _service(request).set_topic_policy(topic, key, None)
+        return web.Response(status=204)
+
+    return post_namespace, get_namespace, delete_namespace, post_topic, get_topic, delete_topic
+
+
+def _policy_routes(topic: str) -> list[web.RouteDef]:
+    namespace = "/admin/v2/namespaces/{tenant}/{namespace}"
+    routes = []
+    for key, path, get_path in (
+        (RETENTION, "/retention", "/retention"),
+        (MESSAGE_TTL, "/messageTTL", "/messageTTL"),
+        (BACKLOG_QUOTA, "/backlogQuota", "/backlogQuotaMap"),
+    ):
+        post_ns, get_ns, delete_ns, post_t, get_t, delete_t = _policy_handlers(key)
+        routes += [
+            web.post(namespace + path, post_ns),
+            web.get(namespace + get_path, get_ns),
+            web.delete(namespace + path, delete_ns),
+            web.post(topic + path, post_t),
+            web.get(topic + get_path, get_t),
+            web.delete(topic + path, delete_t),
+        ]
+    return routes
 
 
 async def lookup(request: web.Request) -> web.Response:
@@ -213,6 +405,9 @@ def build_admin_app(service: BrokerService) -> web.Application:
     """The admin REST application for ``service``."""
     app = web.Application(middlewares=[_errors_middleware], client_max_size=1024 * 1024)
     app[SERVICE_KEY] = service
+    from quasar.broker.admin import query as query_routes
+
+    query_routes.register(app)  # GET .../{topic}/messages?key=K&from=MS&to=MS (RocketMQ queryMessage)
     topic = "/admin/v2/{domain}/{tenant}/{namespace}/{topic}"
     app.add_routes(
         [
@@ -227,7 +422,18 @@ def build_admin_app(service: BrokerService) -> web.Application:
             web.get(topic + "/partitions", get_partitions),
             web.get(topic + "/stats", get_stats),
             web.get(topic + "/subscriptions", get_subscriptions),
+            web.get(topic + "/internalStats", get_internal_stats),
             web.get(topic + "/lastMessageId", get_last_message_id),
+            web.post("/admin/v2/namespaces/{tenant}/{namespace}/deduplication", post_namespace_deduplication),
+            web.get("/admin/v2/namespaces/{tenant}/{namespace}/deduplication", get_namespace_deduplication),
+            web.delete(
+                "/admin/v2/namespaces/{tenant}/{namespace}/deduplication", delete_namespace_deduplication
+            ),
+            web.delete(topic + "/subscription/{subscription}", delete_subscription),
+            web.post(topic + "/deduplicationEnabled", post_topic_deduplication),
+            web.get(topic + "/deduplicationEnabled", get_topic_deduplication),
+            web.delete(topic + "/deduplicationEnabled", delete_topic_deduplication),
+            *_policy_routes(topic),
             web.put(topic, put_topic),
             web.get("/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}", lookup),
         ]

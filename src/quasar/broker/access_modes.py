@@ -1,0 +1,108 @@
+"""Producer access modes and producer limits of a topic (Pulsar ``AbstractTopic.addProducer``, PIP-68).
+
+- **Shared** (default): any number of producers; refused (ProducerBusy) while an exclusive producer holds
+  the topic.
+- **Exclusive**: refused (ProducerBusy) when any other producer is connected; otherwise it holds the topic and
+  the topic epoch goes up by one (sent back as ``topic_epoch``).
+- **ExclusiveWithFencing**: takes the topic at once; every other producer is disconnected (CLOSE_PRODUCER) and
+  its reconnection is refused with ProducerFenced (fatal for the client) while that producer holds the topic.
+- **WaitForExclusive**: when the topic is free it is Exclusive; otherwise the broker answers PRODUCER_SUCCESS
+  with ``producer_ready=false`` and queues it; when the topic becomes free the first queued producer gets a
+  second PRODUCER_SUCCESS with ``producer_ready=true``.
+
+Names are unique per topic (ProducerBusy), and ``max_producers`` (broker ``maxProducersPerTopic``, 0 =
+unlimited) bounds the producers of a topic (ProducerBusy "Topic reached max producers limit").
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from quasar.broker.errors import ProducerBusyError, ProducerFencedError
+
+if TYPE_CHECKING:
+    from quasar.broker.producer import Producer
+
+__all__ = ["EXCLUSIVE", "EXCLUSIVE_WITH_FENCING", "SHARED", "WAIT_FOR_EXCLUSIVE", "ProducerAccess"]
+
+SHARED = 0
+EXCLUSIVE = 1
+WAIT_FOR_EXCLUSIVE = 2
+EXCLUSIVE_WITH_FENCING = 3
+
+
+class ProducerAccess:
+    """The producers of one topic by name, with the access-mode state (exclusive holder, waiters, epoch)."""
+
+    def __init__(self, topic_name: str, *, max_producers: int = 0) -> None:
+        self._topic_name = topic_name
+        self.max_producers = max_producers
+        self.producers: dict[str, Producer] = {}
+        self.exclusive: Producer | None = None
+        self.waiting: deque[Producer] = deque()
+        self.topic_epoch = 0
+        self.fenced: set[str] = set()  # names fenced by the current ExclusiveWithFencing holder
+
+    def add(self, producer: Producer) -> bool:
+        """Register ``producer``; returns False when it waits (WaitForExclusive on a busy topic). Raises
+        ProducerBusyError (name taken, limit reached, access-mode conflict)."""
+        name = producer.producer_name
+        existing = self.producers.get(name)
+        if existing is not None and existing is not producer:
+            raise ProducerBusyError(
+                f"Producer with name '{name}' is already connected to topic {self._topic_name}"
+            )
+        if self.max_producers > 0 and len(self.producers) >= self.max_producers:
+            raise ProducerBusyError(f"Topic reached max producers limit {self.max_producers}")
+        if name in self.fenced:
+            raise ProducerFencedError(f"Producer '{name}' was fenced on topic {self._topic_name}")
+        mode = producer.access_mode
+        others = [p for p in self.producers.values() if p is not producer]
+        if mode == SHARED:
+            if self.exclusive is not None:
+                raise ProducerBusyError(f"Topic {self._topic_name} has an existing exclusive producer")
+        elif mode == EXCLUSIVE:
+            if others:
+                raise ProducerBusyError(
+                    f"Topic {self._topic_name} has existing producers; cannot be exclusive"
+                )
+            self._take(producer)
+        elif mode == EXCLUSIVE_WITH_FENCING:
+            self.fenced.update(other.producer_name for other in others)
+            for other in others:
+                other.cnx.close_producer(other)
+            self._take(producer)
+        elif mode == WAIT_FOR_EXCLUSIVE:
+            if others:
+                self.waiting.append(producer)
+                return False
+            self._take(producer)
+        else:
+            raise ProducerBusyError(f"unknown producer access mode {mode}")
+        self.producers[name] = producer
+        return True
+
+    def _take(self, producer: Producer) -> None:
+        self.exclusive = producer
+        self.topic_epoch += 1
+
+    def remove(self, producer: Producer) -> None:
+        """Drop ``producer`` (closed, disconnected or fenced); a free topic goes to the first waiter."""
+        if self.producers.get(producer.producer_name) is producer:
+            del self.producers[producer.producer_name]
+        if producer in self.waiting:
+            self.waiting.remove(producer)
+        if self.exclusive is producer:
+            self.exclusive = None
+            self.fenced.clear()
+        while self.waiting and not self.producers:
+            waiter = self.waiting.popleft()
+            if waiter.closed:
+                continue
+            self._take(waiter)
+            self.producers[waiter.producer_name] = waiter
+            waiter.cnx.producer_ready(waiter, self.topic_epoch)
+
+    def values(self) -> Any:
+        return self.producers.values()

@@ -1,0 +1,195 @@
+"""Namespace and topic policies: retention, message TTL, backlog quotas (semantics.md B1, B6).
+
+Policies are stored as JSON in the metadata store (namespace: ``/admin/policies/<tenant>/<ns>``, topic:
+``/admin/topic-policies/<domain>/<tenant>/<ns>/<topic>``) under these keys, in Pulsar's admin JSON shapes:
+
+    key                     value                                               Pulsar admin path
+    deduplicationEnabled    true / false                                        .../deduplication(Enabled)
+    retention_policies      {"retentionTimeInMinutes": int, "retentionSizeInMB": int}   .../retention
+    message_ttl_in_seconds  int (0 = off)                                       .../messageTTL
+    backlog_quota           {"limitSize": bytes, "limitTime": s, "policy": str} .../backlogQuota
+
+-1 means unlimited for retention and backlog limits. A topic policy wins over the namespace's, which wins
+over the broker default (``PolicyDefaults``, from the broker config).
+
+Enforcement (run by ``BrokerService.run_policy_checks`` on a timer):
+
+- **TTL** (``expire_messages``): every subscription's mark-delete moves past the entries published more than
+  ``message_ttl_in_seconds`` ago (Pulsar ``PersistentMessageExpiryMonitor``, by publish time).
+- **Backlog quota** (``check_backlog_quota``): the backlog of the slowest subscription, in bytes (average
+  entry size x backlog entries) and in age (publish time of its first unacknowledged entry), against the
+  limits. When exceeded: ``producer_request_hold`` and ``producer_exception`` disconnect the producers and
+  refuse new ones (ServerError ProducerBlockedQuotaExceededError 7 / ...Exception 8) until the backlog is
+  back under the quota; ``consumer_backlog_eviction`` moves the slowest cursors forward (size: down to 90 % of
+  the limit; time: past the entries older than the limit) (Pulsar ``BacklogQuotaManager``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from quasar.ledger.position import Position
+from quasar.protocol import parse_headers_and_payload
+
+if TYPE_CHECKING:
+    from quasar.broker.topic import PersistentTopic
+
+__all__ = [
+    "BACKLOG_POLICIES",
+    "BACKLOG_QUOTA",
+    "DEDUPLICATION",
+    "MESSAGE_TTL",
+    "RETENTION",
+    "BacklogQuota",
+    "PolicyDefaults",
+    "check_backlog_quota",
+    "expire_messages",
+    "parse_retention",
+]
+
+log = logging.getLogger(__name__)
+
+DEDUPLICATION = "deduplicationEnabled"
+RETENTION = "retention_policies"
+MESSAGE_TTL = "message_ttl_in_seconds"
+BACKLOG_QUOTA = "backlog_quota"
+
+PRODUCER_REQUEST_HOLD = "producer_request_hold"
+PRODUCER_EXCEPTION = "producer_exception"
+CONSUMER_BACKLOG_EVICTION = "consumer_backlog_eviction"
+BACKLOG_POLICIES = (PRODUCER_REQUEST_HOLD, PRODUCER_EXCEPTION, CONSUMER_BACKLOG_EVICTION)
+EVICTION_REDUCTION_FACTOR = 0.9  # Pulsar reduces a size-evicted backlog to 90 % of the limit
+
+
+def _int(value: Any, name: str, minimum: int = -1) -> int:
+    if type(value) is not int or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def parse_retention(body: Any) -> dict[str, int]:
+    """Validate a retention body ``{"retentionTimeInMinutes": int, "retentionSizeInMB": int}`` (-1 =
+    unlimited); raises ValueError."""
+    if not isinstance(body, dict):
+        raise ValueError(f"expected a retention policy object, got {body!r}")
+    return {
+        "retentionTimeInMinutes": _int(body.get("retentionTimeInMinutes", 0), "retentionTimeInMinutes"),
+        "retentionSizeInMB": _int(body.get("retentionSizeInMB", 0), "retentionSizeInMB"),
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class BacklogQuota:
+    """``limit_size`` bytes and ``limit_time_s`` seconds of backlog (-1 = unlimited) and the ``policy``."""
+
+    limit_size: int = -1
+    limit_time_s: int = -1
+    policy: str = PRODUCER_REQUEST_HOLD
+
+    @property
+    def unlimited(self) -> bool:
+        return self.limit_size < 0 and self.limit_time_s < 0
+
+    @classmethod
+    def from_json(cls, body: Any) -> BacklogQuota:
+        """Parse Pulsar's ``{"limitSize": bytes, "limitTime": s, "policy": name}``; raises ValueError."""
+        if not isinstance(body, dict):
+            raise ValueError(f"expected a backlog quota object, got {body!r}")
+        policy = body.get("policy", PRODUCER_REQUEST_HOLD)
+        if policy not in BACKLOG_POLICIES:
+            raise ValueError(f"policy must be one of {BACKLOG_POLICIES}, got {policy!r}")
+        return cls(
+            _int(body.get("limitSize", -1), "limitSize"), _int(body.get("limitTime", -1), "limitTime"), policy
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {"limitSize": self.limit_size, "limitTime": self.limit_time_s, "policy": self.policy}
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyDefaults:
+    """Broker-wide defaults (broker.conf ``defaultRetentionTimeInMinutes``/``SizeInMB`` 0/0,
+    ``ttlDurationDefaultInSeconds`` 0, ``backlogQuotaDefaultLimitBytes``/``Second`` -1 with
+    ``producer_request_hold``)."""
+
+    retention_time_minutes: int = 0
+    retention_size_mb: int = 0
+    message_ttl_s: int = 0
+    backlog_quota: BacklogQuota = field(default_factory=BacklogQuota)
+
+
+def _publish_time(topic: PersistentTopic, position: Position) -> int | None:
+    entry = topic.ledger.get_entry(position)
+    if entry is None:
+        return None
+    return int(parse_headers_and_payload(entry.data).metadata.publish_time)
+
+
+def _expire_older_than(topic: PersistentTopic, cutoff_ms: int, subscriptions: list[Any]) -> int:
+    """Move the mark-delete of ``subscriptions`` past the entries published before ``cutoff_ms``; returns how
+    many subscriptions moved."""
+    first_kept = topic.find_position_by_publish_time(cutoff_ms)
+    target = topic.ledger.previous_position(first_kept)
+    moved = 0
+    for subscription in subscriptions:
+        if target > subscription.cursor.mark_delete_position:
+            subscription.expire_until(target)
+            moved += 1
+    return moved
+
+
+def expire_messages(topic: PersistentTopic, now_ms: int) -> int:
+    """Apply the topic's message TTL to every durable subscription; returns how many moved."""
+    ttl_s = topic.message_ttl_s
+    if ttl_s <= 0:
+        return 0
+    subscriptions = [s for s in topic.subscriptions.values() if s.durable]
+    if not subscriptions:
+        return 0
+    return _expire_older_than(topic, now_ms - ttl_s * 1000, subscriptions)
+
+
+def check_backlog_quota(topic: PersistentTopic, now_ms: int) -> bool:
+    """Check (and for ``consumer_backlog_eviction`` enforce) the topic's backlog quota; sets
+    ``topic.backlog_blocked`` to the producer policy in force, or None. Returns whether it was exceeded."""
+    quota: BacklogQuota = topic.backlog_quota
+    subscriptions = [s for s in topic.subscriptions.values() if s.durable]
+    if quota.unlimited or not subscriptions:
+        topic.backlog_blocked = None
+        return False
+    ledger = topic.ledger
+    average = ledger.total_size / max(ledger.number_of_entries, 1)
+    slowest = max(subscriptions, key=lambda s: s.cursor.number_of_entries_in_backlog)
+    backlog_entries = slowest.cursor.number_of_entries_in_backlog
+    over_size = quota.limit_size >= 0 and backlog_entries * average > quota.limit_size
+    over_time = False
+    if quota.limit_time_s >= 0 and backlog_entries > 0:
+        oldest = min(
+            (ledger.next_valid_position(s.cursor.mark_delete_position) for s in subscriptions),
+            default=None,
+        )
+        published = _publish_time(topic, oldest) if oldest is not None else None
+        over_time = published is not None and now_ms - published > quota.limit_time_s * 1000
+    if not (over_size or over_time):
+        topic.backlog_blocked = None
+        return False
+    if quota.policy != CONSUMER_BACKLOG_EVICTION:
+        if topic.backlog_blocked is None:
+            log.info("%s: backlog quota exceeded, %s", topic.name, quota.policy)
+        topic.backlog_blocked = quota.policy
+        topic.disconnect_producers()
+        return True
+    topic.backlog_blocked = None
+    if over_time:
+        _expire_older_than(topic, now_ms - quota.limit_time_s * 1000, subscriptions)
+    if over_size:
+        keep = int(quota.limit_size * EVICTION_REDUCTION_FACTOR / max(average, 1))
+        for subscription in subscriptions:
+            cursor = subscription.cursor
+            skip = cursor.number_of_entries_in_backlog - keep
+            if skip > 0:
+                subscription.expire_until(ledger.position_after(cursor.mark_delete_position, skip))
+    log.info("%s: backlog quota exceeded, evicted the slowest cursors", topic.name)
+    return True

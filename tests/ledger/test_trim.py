@@ -1,0 +1,68 @@
+"""Trimming of consumed ledgers under the retention policy (semantics.md B1 "Retention and trimming")."""
+
+import pytest
+
+from quasar.ledger.errors import ManagedLedgerStorageError
+from quasar.testing.fake_store import FakeMessageStore
+
+TOPIC = "persistent://public/default/trim"
+
+
+async def fill(ledger, count):
+    return [await ledger.add_entry(b"x" * 10) for _ in range(count)]
+
+
+async def test_ledgers_every_cursor_passed_are_trimmed(any_env):
+    ledger = any_env.factory.open(TOPIC)
+    ledger.set_retention(0, 0)  # Pulsar's broker default: consumed ledgers go
+    cursor = ledger.open_cursor("sub", "earliest")
+    positions = await fill(ledger, 8)  # ledgers of 3 entries: [0..2] [3..5] [6..7] (current)
+    assert len(ledger.ledgers) == 3
+    assert await ledger.trim_ledgers() == []  # nothing acknowledged
+    cursor.mark_delete(positions[4])  # passes the first ledger only
+    assert await ledger.trim_ledgers() == [positions[0].ledger_id]
+    assert [r.ledger_id for r in ledger.ledgers] == [positions[3].ledger_id, positions[6].ledger_id]
+    assert ledger.first_position == positions[3]
+    assert [e.position for e in cursor.read_entries(10)] == positions[5:]
+    cursor.mark_delete(positions[7])  # the current ledger is never deleted
+    assert await ledger.trim_ledgers() == [positions[3].ledger_id]
+    factory = await any_env.restart()
+    ledger = factory.open(TOPIC)
+    assert ledger.retention == (-1, -1)  # the library default: keep everything until told otherwise
+    assert ledger.ledgers[0].ledger_id == positions[6].ledger_id
+    assert ledger.get_entry(positions[1]) is None
+    assert ledger.cursors["sub"].mark_delete_position == positions[7]
+
+
+async def test_retention_time_and_size_keep_consumed_ledgers(env):
+    ledger = env.factory.open(TOPIC)
+    await fill(ledger, 10)  # closed ledgers of 30 bytes: [0..2] [3..5] [6..8], current [9]
+    ledger.open_cursor("sub", "latest")  # everything consumed
+    assert ledger.total_size == 100
+    ledger.set_retention(-1, -1)  # unlimited
+    assert await ledger.trim_ledgers() == []
+    ledger.set_retention(60 * 60 * 1000, -1)  # closed less than an hour ago, size unlimited: kept
+    assert await ledger.trim_ledgers() == []
+    ledger.set_retention(-1, 70)  # delete while what is left exceeds 70 bytes
+    assert len(await ledger.trim_ledgers()) == 1
+    assert ledger.total_size == 70
+    ledger.set_retention(60 * 60 * 1000, 0)  # expired OR over the size quota (Pulsar): size 0 keeps nothing
+    assert len(await ledger.trim_ledgers()) == 2
+    assert len(ledger.ledgers) == 1
+    with pytest.raises(ValueError):
+        ledger.set_retention(-2, 0)
+
+
+async def test_no_cursor_means_consumed_and_a_store_without_the_hook_is_an_error(env, monkeypatch):
+    ledger = env.factory.open(TOPIC)
+    positions = await fill(ledger, 7)
+    ledger.set_retention(0, 0)  # set after the awaits: the background flusher must not trim first
+    assert len(await ledger.trim_ledgers()) == 2  # no durable cursor: everything before the current goes
+    assert env.store.queue_min_offsets[(TOPIC, 0)] == 6
+    assert ledger.first_position == positions[6]
+    ledger.set_retention(-1, -1)
+    await fill(ledger, 3)
+    monkeypatch.delattr(FakeMessageStore, "set_queue_min_offset")
+    ledger.set_retention(0, 0)
+    with pytest.raises(ManagedLedgerStorageError, match="set_queue_min_offset"):
+        await ledger.trim_ledgers()
