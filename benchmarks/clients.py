@@ -1,0 +1,198 @@
+"""Client benchmark: Quasar's own client against the official ``pulsar-client``, same broker, alternating.
+
+For each workload (message size x partition count; default 100 B and 1 KiB, 1 and 4 partitions, batching on,
+``block_if_queue_full`` on, default ``max_pending_messages`` 1000, no compression) every client in turn
+publishes ``--messages`` messages to a fresh topic (``send_async`` then ``flush``) and consumes them back
+(Exclusive subscription created with initial position Earliest before publishing; ``receive`` + one
+``acknowledge`` per message). The clients run in the order official, quasar-async, quasar-sync, repeated
+``--rounds`` times, and the best round of each is reported:
+
+| Column          | Meaning                                                                    |
+|-----------------|----------------------------------------------------------------------------|
+| client          | ``official`` (pulsar-client, C++ core), ``quasar-async`` (``AsyncClient``), |
+|                 | ``quasar-sync`` (the blocking ``quasar.client.Client`` facade)             |
+| publish msg/s   | messages / (flush returned - first send_async call)                        |
+| consume msg/s   | messages / (last acknowledge - first receive call)                         |
+| ratio           | this client's msg/s / the official client's msg/s (publish / consume)      |
+
+Unless ``--service-url`` is given, a ``quasar standalone`` subprocess is started in a temporary directory.
+Profile with ``--profile DIR``: each quasar-async run is wrapped in pyinstrument and its text report written to
+``DIR``. Numbers are for comparison only; tests never assert them.
+
+Usage: ``python benchmarks/clients.py [--messages N] [--sizes 100,1024] [--partitions 1,4] [--rounds 2]``
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import tempfile
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import click
+import pulsar
+from rich.console import Console
+from rich.table import Table
+
+import quasar.client as qc
+from quasar.testing.broker_process import BrokerProcess
+
+Result = tuple[float, float]  # (publish msg/s, consume msg/s)
+
+
+def _topic(admin_url: str, partitions: int) -> str:
+    topic = f"persistent://public/default/bench-{uuid.uuid4().hex[:10]}"
+    if partitions > 1:
+        request = urllib.request.Request(
+            f"{admin_url}/admin/v2/persistent/{topic.split('://', 1)[1]}/partitions",
+            data=json.dumps(partitions).encode(),
+            method="PUT",
+            headers={"Content-Type": "application/json"},
+        )
+        urllib.request.urlopen(request, timeout=10).close()
+    return topic
+
+
+def run_official(url: str, topic: str, count: int, payload: bytes) -> Result:
+    client = pulsar.Client(url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    try:
+        consumer = client.subscribe(topic, "bench", initial_position=pulsar.InitialPosition.Earliest)
+        producer = client.create_producer(topic, batching_enabled=True, block_if_queue_full=True)
+        start = time.perf_counter()
+        for _ in range(count):
+            producer.send_async(payload, None)
+        producer.flush()
+        publish = count / (time.perf_counter() - start)
+        start = time.perf_counter()
+        for _ in range(count):
+            consumer.acknowledge(consumer.receive(30_000))
+        consume = count / (time.perf_counter() - start)
+        producer.close()
+        consumer.close()
+        return publish, consume
+    finally:
+        client.close()
+
+
+def run_quasar_sync(url: str, topic: str, count: int, payload: bytes) -> Result:
+    client = qc.Client(url)
+    try:
+        consumer = client.subscribe(topic, "bench", initial_position=qc.InitialPosition.Earliest)
+        producer = client.create_producer(topic, batching_enabled=True, block_if_queue_full=True)
+        start = time.perf_counter()
+        for _ in range(count):
+            producer.send_async(payload, None)
+        producer.flush()
+        publish = count / (time.perf_counter() - start)
+        start = time.perf_counter()
+        for _ in range(count):
+            consumer.acknowledge(consumer.receive(30_000))
+        consume = count / (time.perf_counter() - start)
+        producer.close()
+        consumer.close()
+        return publish, consume
+    finally:
+        client.close()
+
+
+async def _quasar_async(url: str, topic: str, count: int, payload: bytes) -> Result:
+    async with qc.AsyncClient(url) as client:
+        consumer = await client.subscribe(topic, "bench", initial_position=qc.InitialPosition.Earliest)
+        producer = await client.create_producer(topic, batching_enabled=True, block_if_queue_full=True)
+        start = time.perf_counter()
+        for _ in range(count):
+            await producer.send_async(payload)
+        await producer.flush()
+        publish = count / (time.perf_counter() - start)
+        start = time.perf_counter()
+        for _ in range(count):
+            message = await consumer.receive(30_000)
+            await consumer.acknowledge(message)
+        consume = count / (time.perf_counter() - start)
+        await producer.close()
+        await consumer.close()
+        return publish, consume
+
+
+def run_quasar_async(url: str, topic: str, count: int, payload: bytes, profile: Path | None = None) -> Result:
+    if profile is None:
+        return asyncio.run(_quasar_async(url, topic, count, payload))
+    from pyinstrument import Profiler
+
+    profiler = Profiler(async_mode="enabled")
+    with profiler:
+        result = asyncio.run(_quasar_async(url, topic, count, payload))
+    profile.mkdir(parents=True, exist_ok=True)
+    (profile / f"quasar-async-{len(payload)}B-{topic[-10:]}.txt").write_text(
+        profiler.output_text(show_all=False)
+    )
+    return result
+
+
+@click.command()
+@click.option("--messages", default=20_000, show_default=True, help="Messages per run.")
+@click.option("--sizes", default="100,1024", show_default=True, help="Payload sizes in bytes.")
+@click.option("--partitions", default="1,4", show_default=True, help="Partition counts.")
+@click.option("--rounds", default=2, show_default=True, help="Alternating rounds per workload (best kept).")
+@click.option("--service-url", default=None, help="Use a running broker (also needs --admin-url).")
+@click.option("--admin-url", default=None, help="Admin URL of the running broker.")
+@click.option(
+    "--profile", type=click.Path(path_type=Path), default=None, help="Write pyinstrument reports here."
+)
+def main(
+    messages: int,
+    sizes: str,
+    partitions: str,
+    rounds: int,
+    service_url: str | None,
+    admin_url: str | None,
+    profile: Path | None,
+) -> None:
+    """Publish and consume the same workload with each client; print msg/s and the ratio to the official one."""
+    console = Console()
+    with tempfile.TemporaryDirectory() as tmp:
+        broker = None
+        if service_url is None:
+            broker = BrokerProcess(Path(tmp) / "data").start()
+            service_url, admin_url = broker.service_url, broker.admin_url
+        assert service_url is not None and admin_url is not None
+        clients: dict[str, Callable[[str, str, int, bytes], Result]] = {
+            "official": run_official,
+            "quasar-async": lambda u, t, n, p: run_quasar_async(u, t, n, p, profile),
+            "quasar-sync": run_quasar_sync,
+        }
+        table = Table(title=f"{messages} messages per run, batching on, best of {rounds} alternating rounds")
+        for column in (
+            "size B",
+            "partitions",
+            "client",
+            "publish msg/s",
+            "consume msg/s",
+            "ratio pub / cons",
+        ):
+            table.add_column(column, justify="right")
+        try:
+            for size in (int(s) for s in sizes.split(",")):
+                for count in (int(p) for p in partitions.split(",")):
+                    best: dict[str, Result] = {}
+                    for _ in range(rounds):
+                        for name, run in clients.items():
+                            result = run(service_url, _topic(admin_url, count), messages, b"x" * size)
+                            old = best.get(name, (0.0, 0.0))
+                            best[name] = (max(old[0], result[0]), max(old[1], result[1]))
+                    base = best["official"]
+                    for name, (pub, cons) in best.items():
+                        ratio = f"{pub / base[0]:.2f} / {cons / base[1]:.2f}"
+                        table.add_row(str(size), str(count), name, f"{pub:,.0f}", f"{cons:,.0f}", ratio)
+        finally:
+            if broker is not None:
+                broker.stop()
+    console.print(table)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,403 @@
+"""ClientCnx: one TCP connection to a broker, driving the sans-IO :class:`~quasar.protocol.FrameDecoder`.
+
+Follows the C++ ``ClientConnection`` / Java ``ClientCnx`` (reference/pulsar-protocol.md §6.1-6.3, §8, §9):
+
+* CONNECT is the first frame; the connection is usable once CONNECTED arrives (``connection_timeout_ms``),
+  whose ``max_message_size`` (bytes) and ``protocol_version`` are kept.
+* Requests are matched to futures by ``request_id`` (one dict, one client-wide id counter, so ids never
+  collide); each has a timer of ``operation_timeout_seconds`` -> :class:`OperationTimeoutError`. Failures come
+  back as :class:`BrokerResponseError` with the ServerError code (ERROR, a failed LOOKUP/PARTITIONED_METADATA
+  response, ...).
+* Producers and consumers register by id (separate maps: ids overlap) and get SEND_RECEIPT / SEND_ERROR /
+  MESSAGE / CLOSE_* routed to them.
+* Keep-alive: a PING every ``keep_alive_interval_seconds``; if the previous PING is still unanswered (no frame
+  at all received since), the connection is closed. Broker PINGs are answered with PONG at once.
+* When the connection ends for any reason every pending request fails with :class:`ConnectionClosedError`
+  and every registered producer/consumer is told (it then reconnects); the keep-alive task is owned and
+  cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from quasar.protocol import (
+    DEFAULT_MAX_MESSAGE_SIZE,
+    MAX_PROTOCOL_VERSION,
+    MESSAGE_SIZE_FRAME_PADDING,
+    NEED_DATA,
+    CommandType,
+    Frame,
+    FrameDecoder,
+    ProtocolError,
+    commands,
+)
+
+from ._tasks import TaskOwner
+from .errors import BrokerResponseError, ConnectError, ConnectionClosedError, OperationTimeoutError
+
+__all__ = ["CLIENT_VERSION", "ClientCnx", "ConsumerHandler", "ProducerHandler"]
+
+log = logging.getLogger("quasar.client")
+
+#: ``client_version`` sent in CONNECT.
+CLIENT_VERSION = "Quasar-Python-Client"
+
+_LOOKUP_FAILED = 2
+_PARTITIONS_FAILED = 1
+
+
+class ProducerHandler(Protocol):
+    """What a producer registered on a connection receives."""
+
+    def _on_receipt(self, frame: Frame) -> None: ...
+    def _on_send_error(self, frame: Frame) -> None: ...
+    def _on_connection_closed(self, cnx: ClientCnx) -> None: ...
+
+
+class ConsumerHandler(Protocol):
+    """What a consumer registered on a connection receives."""
+
+    def _on_message(self, frame: Frame) -> None: ...
+    def _on_connection_closed(self, cnx: ClientCnx) -> None: ...
+    def _on_active_consumer_change(self, is_active: bool) -> None: ...
+
+
+class ClientCnx(asyncio.Protocol):
+    """One connection (an ``asyncio.Protocol``; create it with :meth:`connect`).
+
+    Attributes:
+        address: ``(host, port)`` of the broker.
+        max_message_size: bytes, from CONNECTED (5 MiB if the broker did not say).
+        protocol_version: the broker's protocol version from CONNECTED.
+    """
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        *,
+        next_request_id: Callable[[], int],
+        operation_timeout: float,
+        keep_alive_interval: float,
+    ) -> None:
+        self.address = address
+        self.max_message_size = DEFAULT_MAX_MESSAGE_SIZE
+        self.protocol_version = 0
+        self.next_request_id = next_request_id
+        self._operation_timeout = operation_timeout
+        self._keep_alive_interval = keep_alive_interval
+        self._decoder = FrameDecoder()
+        self._transport: asyncio.Transport | None = None
+        self._loop = asyncio.get_running_loop()
+        self._connected: asyncio.Future[None] = self._loop.create_future()
+        self._closed: asyncio.Future[None] = self._loop.create_future()
+        self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._producers: dict[int, ProducerHandler] = {}
+        self._consumers: dict[int, ConsumerHandler] = {}
+        self._ping_pending = False
+        self._tasks = TaskOwner(f"cnx {address[0]}:{address[1]}")
+        self._close_reason: BaseException | None = None
+        self._handlers: dict[int, Callable[[Frame], None]] = {
+            CommandType.CONNECTED: self._handle_connected,
+            CommandType.SEND_RECEIPT: self._handle_send_receipt,
+            CommandType.SEND_ERROR: self._handle_send_error,
+            CommandType.MESSAGE: self._handle_message,
+            CommandType.PING: self._handle_ping,
+            CommandType.PONG: _ignore,
+            CommandType.SUCCESS: self._handle_response,
+            CommandType.ERROR: self._handle_error,
+            CommandType.PRODUCER_SUCCESS: self._handle_producer_success,
+            CommandType.LOOKUP_RESPONSE: self._handle_lookup_response,
+            CommandType.PARTITIONED_METADATA_RESPONSE: self._handle_partitions_response,
+            CommandType.GET_LAST_MESSAGE_ID_RESPONSE: self._handle_response,
+            CommandType.GET_TOPICS_OF_NAMESPACE_RESPONSE: self._handle_response,
+            CommandType.GET_SCHEMA_RESPONSE: self._handle_schema_response,
+            CommandType.CONSUMER_STATS_RESPONSE: self._handle_response,
+            CommandType.ACK_RESPONSE: self._handle_ack_response,
+            CommandType.CLOSE_PRODUCER: self._handle_close_producer,
+            CommandType.CLOSE_CONSUMER: self._handle_close_consumer,
+            CommandType.ACTIVE_CONSUMER_CHANGE: self._handle_active_consumer_change,
+            CommandType.REACHED_END_OF_TOPIC: _ignore,
+        }
+
+    # ------------------------------------------------------------------------------------------ life --
+
+    @classmethod
+    async def connect(
+        cls,
+        address: tuple[str, int],
+        *,
+        next_request_id: Callable[[], int],
+        operation_timeout: float,
+        keep_alive_interval: float,
+        connection_timeout: float,
+    ) -> ClientCnx:
+        """Open a TCP connection, send CONNECT and wait for CONNECTED.
+
+        Args:
+            address: ``(host, port)``.
+            connection_timeout: seconds for TCP connect plus handshake.
+
+        Raises:
+            ConnectError: refused, unreachable, timed out, or the broker's first frame was not CONNECTED.
+        """
+        loop = asyncio.get_running_loop()
+
+        def factory() -> ClientCnx:
+            return cls(
+                address,
+                next_request_id=next_request_id,
+                operation_timeout=operation_timeout,
+                keep_alive_interval=keep_alive_interval,
+            )
+
+        try:
+            async with asyncio.timeout(connection_timeout):
+                _, cnx = await loop.create_connection(factory, address[0], address[1])
+                await asyncio.shield(cnx._connected)
+        except TimeoutError:
+            raise ConnectError(f"connecting to {address[0]}:{address[1]} timed out") from None
+        except OSError as exc:
+            raise ConnectError(f"cannot connect to {address[0]}:{address[1]}: {exc}") from exc
+        except ConnectionClosedError as exc:
+            raise ConnectError(
+                f"{address[0]}:{address[1]} closed the connection during the handshake"
+            ) from exc
+        return cnx
+
+    @property
+    def is_closed(self) -> bool:
+        """True once the connection is closed or lost."""
+        return self._closed.done()
+
+    async def wait_closed(self) -> None:
+        """Wait until the connection is gone."""
+        await asyncio.shield(self._closed)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        transport.write(commands.new_connect(CLIENT_VERSION, MAX_PROTOCOL_VERSION))
+
+    def data_received(self, data: bytes) -> None:
+        decoder = self._decoder
+        handlers = self._handlers
+        try:
+            decoder.receive_data(data)
+            while True:
+                frame = decoder.next_frame()
+                if frame is NEED_DATA:
+                    break
+                self._ping_pending = False
+                handler = handlers.get(frame.type)
+                if handler is None:
+                    raise ConnectionClosedError(
+                        f"unexpected command {CommandType(frame.type).name} from broker"
+                    )
+                handler(frame)
+        except (ProtocolError, ConnectionClosedError) as exc:
+            log.warning("closing connection to %s:%s: %s", *self.address, exc)
+            self.close(exc)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        reason = self._close_reason or exc
+        error = ConnectionClosedError(
+            f"connection to {self.address[0]}:{self.address[1]} closed" + (f": {reason}" if reason else "")
+        )
+        if not self._connected.done():
+            self._connected.set_exception(error)
+            self._connected.exception()  # mark retrieved
+        pending, self._pending = self._pending, {}
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(error)
+        if not self._closed.done():
+            self._closed.set_result(None)
+        self._tasks.cancel()
+        producers, self._producers = self._producers, {}
+        consumers, self._consumers = self._consumers, {}
+        for producer in producers.values():
+            producer._on_connection_closed(self)
+        for consumer in consumers.values():
+            consumer._on_connection_closed(self)
+
+    def close(self, reason: BaseException | None = None) -> None:
+        """Close the connection (pending requests fail with ConnectionClosedError)."""
+        if self._close_reason is None:
+            self._close_reason = reason
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.close()
+
+    # ----------------------------------------------------------------------------------- sending --
+
+    def write(self, data: bytes) -> None:
+        """Write one encoded frame (dropped silently if the connection is closing: the owner resends)."""
+        transport = self._transport
+        if transport is not None and not transport.is_closing():
+            transport.write(data)
+
+    async def request(self, frame: bytes, request_id: int, timeout: float | None = None) -> Any:
+        """Send a request frame and wait for the response with the same ``request_id``.
+
+        Returns:
+            The response's sub-message (e.g. ``CommandSuccess``, ``CommandLookupTopicResponse``).
+
+        Raises:
+            BrokerResponseError: the broker answered with an error (``.code`` = ServerError).
+            OperationTimeoutError: no answer within ``timeout`` (default ``operation_timeout_seconds``).
+            ConnectionClosedError: the connection is or went down.
+        """
+        if self.is_closed:
+            raise ConnectionClosedError(f"connection to {self.address[0]}:{self.address[1]} is closed")
+        future: asyncio.Future[Any] = self._loop.create_future()
+        self._pending[request_id] = future
+        timer = self._loop.call_later(
+            self._operation_timeout if timeout is None else timeout, self._expire, request_id
+        )
+        try:
+            self.write(frame)
+            return await future
+        finally:
+            timer.cancel()
+            self._pending.pop(request_id, None)
+
+    def _expire(self, request_id: int) -> None:
+        future = self._pending.pop(request_id, None)
+        if future is not None and not future.done():
+            future.set_exception(OperationTimeoutError(f"request {request_id} got no answer in time"))
+
+    def register_producer(self, producer_id: int, producer: ProducerHandler) -> None:
+        """Route SEND_RECEIPT / SEND_ERROR / CLOSE_PRODUCER of ``producer_id`` to ``producer``."""
+        self._producers[producer_id] = producer
+
+    def remove_producer(self, producer_id: int) -> None:
+        """Stop routing to the producer."""
+        self._producers.pop(producer_id, None)
+
+    def register_consumer(self, consumer_id: int, consumer: ConsumerHandler) -> None:
+        """Route MESSAGE / CLOSE_CONSUMER / ACTIVE_CONSUMER_CHANGE of ``consumer_id`` to ``consumer``."""
+        self._consumers[consumer_id] = consumer
+
+    def remove_consumer(self, consumer_id: int) -> None:
+        """Stop routing to the consumer."""
+        self._consumers.pop(consumer_id, None)
+
+    # ---------------------------------------------------------------------------------- handlers --
+
+    def _resolve(self, request_id: int, result: Any = None, error: BaseException | None = None) -> None:
+        future = self._pending.get(request_id)
+        if future is None or future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+    def _handle_connected(self, frame: Frame) -> None:
+        body = frame.command.connected
+        self.protocol_version = body.protocol_version
+        if body.HasField("max_message_size") and body.max_message_size > 0:
+            self.max_message_size = body.max_message_size
+            self._decoder.max_frame_size = body.max_message_size + MESSAGE_SIZE_FRAME_PADDING
+        if not self._connected.done():
+            self._connected.set_result(None)
+            if self.protocol_version >= 1:
+                self._tasks.spawn(self._keep_alive(), name="keep-alive")
+
+    async def _keep_alive(self) -> None:
+        while not self.is_closed:
+            await asyncio.sleep(self._keep_alive_interval)
+            if self._ping_pending:
+                log.warning("broker %s:%s did not answer PING; closing", *self.address)
+                self.close(ConnectionClosedError("keep-alive PING unanswered"))
+                return
+            self._ping_pending = True
+            self.write(commands.new_ping())
+
+    def _handle_ping(self, frame: Frame) -> None:
+        self.write(commands.new_pong())
+
+    def _handle_send_receipt(self, frame: Frame) -> None:
+        producer = self._producers.get(frame.command.send_receipt.producer_id)
+        if producer is not None:
+            producer._on_receipt(frame)
+
+    def _handle_send_error(self, frame: Frame) -> None:
+        producer = self._producers.get(frame.command.send_error.producer_id)
+        if producer is not None:
+            producer._on_send_error(frame)
+
+    def _handle_message(self, frame: Frame) -> None:
+        consumer = self._consumers.get(frame.command.message.consumer_id)
+        if consumer is not None:
+            consumer._on_message(frame)
+
+    def _handle_response(self, frame: Frame) -> None:
+        body = frame.body
+        self._resolve(body.request_id, body)
+
+    def _handle_error(self, frame: Frame) -> None:
+        body = frame.command.error
+        self._resolve(body.request_id, error=BrokerResponseError(body.error, body.message))
+
+    def _handle_producer_success(self, frame: Frame) -> None:
+        body = frame.command.producer_success
+        if body.HasField("producer_ready") and not body.producer_ready:
+            return  # WaitForExclusive: a second PRODUCER_SUCCESS with producer_ready=true follows
+        self._resolve(body.request_id, body)
+
+    def _handle_lookup_response(self, frame: Frame) -> None:
+        body = frame.command.lookupTopicResponse
+        if body.response == _LOOKUP_FAILED or not body.HasField("response"):
+            self._resolve(
+                body.request_id, error=BrokerResponseError(body.error, body.message or "lookup failed")
+            )
+        else:
+            self._resolve(body.request_id, body)
+
+    def _handle_partitions_response(self, frame: Frame) -> None:
+        body = frame.command.partitionMetadataResponse
+        if body.response == _PARTITIONS_FAILED or not body.HasField("response"):
+            error = BrokerResponseError(body.error, body.message or "partitioned metadata failed")
+            self._resolve(body.request_id, error=error)
+        else:
+            self._resolve(body.request_id, body)
+
+    def _handle_schema_response(self, frame: Frame) -> None:
+        body = frame.command.getSchemaResponse
+        if body.HasField("error_code"):
+            self._resolve(body.request_id, error=BrokerResponseError(body.error_code, body.error_message))
+        else:
+            self._resolve(body.request_id, body)
+
+    def _handle_ack_response(self, frame: Frame) -> None:
+        body = frame.command.ackResponse
+        if not body.HasField("request_id"):
+            return
+        if body.HasField("error"):
+            self._resolve(body.request_id, error=BrokerResponseError(body.error, body.message))
+        else:
+            self._resolve(body.request_id, body)
+
+    def _handle_close_producer(self, frame: Frame) -> None:
+        producer = self._producers.pop(frame.command.close_producer.producer_id, None)
+        if producer is not None:
+            producer._on_connection_closed(self)
+
+    def _handle_close_consumer(self, frame: Frame) -> None:
+        consumer = self._consumers.pop(frame.command.close_consumer.consumer_id, None)
+        if consumer is not None:
+            consumer._on_connection_closed(self)
+
+    def _handle_active_consumer_change(self, frame: Frame) -> None:
+        body = frame.command.active_consumer_change
+        consumer = self._consumers.get(body.consumer_id)
+        if consumer is not None:
+            consumer._on_active_consumer_change(body.is_active)
+
+
+def _ignore(frame: Frame) -> None:
+    return None

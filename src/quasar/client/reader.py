@@ -1,0 +1,84 @@
+"""Reader: a non-durable Exclusive subscription named ``reader-<10 hex>`` that starts at a message id
+(C++ ``ReaderImpl``; reference/pulsar-protocol.md §6.8, §8.3). The broker starts the cursor at the given id
+(inclusive); the client drops the id itself unless ``start_message_id_inclusive``. Each read is acked
+cumulatively (as the C++ reader). ``has_message_available`` compares GET_LAST_MESSAGE_ID with the last id
+handed out.
+"""
+
+from __future__ import annotations
+
+from quasar.protocol import EARLIEST, LATEST, MessageId
+
+from .consumer import Consumer
+from .message import Message
+from .multi_consumer import MultiTopicsConsumer
+
+__all__ = ["Reader"]
+
+
+class Reader:
+    """Reads a topic (or every partition of a partitioned topic) from a start message id."""
+
+    def __init__(
+        self, consumer: Consumer | MultiTopicsConsumer, start_message_id: MessageId, inclusive: bool
+    ) -> None:
+        self._consumer = consumer
+        self._start = start_message_id
+        self._inclusive = inclusive
+
+    @property
+    def topic(self) -> str:
+        """The topic read."""
+        return self._consumer.topic
+
+    async def read_next(self, timeout_millis: int | None = None) -> Message:
+        """The next message (``timeout_millis`` as ``Consumer.receive``)."""
+        message = await self._consumer.receive(timeout_millis)
+        child = message._consumer
+        if child is not None and child.config.consumer_type == 0:
+            await child.acknowledge_cumulative(message)
+        return message
+
+    async def has_message_available(self) -> bool:
+        """True when a message is queued or the topic has messages after the last one read."""
+        if self._consumer._queue:
+            return True
+        children = [self._consumer] if isinstance(self._consumer, Consumer) else self._consumer.consumers
+        for child in children:
+            if await self._child_has_more(child):
+                return True
+        return False
+
+    async def _child_has_more(self, child: Consumer) -> bool:
+        last = await child.get_last_message_id()
+        if last.ledger_id < 0 or last.entry_id < 0:
+            return False
+        last_key = (last.ledger_id, last.entry_id, last.batch_index)
+        dequeued = child._last_dequeued
+        if dequeued is not None:
+            return last_key > (dequeued.ledger_id, dequeued.entry_id, dequeued.batch_index)
+        start = child._start_message_id or self._start
+        if start == EARLIEST:
+            return True
+        if start == LATEST:
+            return self._inclusive
+        start_key = (start.ledger_id, start.entry_id, start.batch_index)
+        return last_key > start_key or (self._inclusive and last_key >= start_key)
+
+    async def seek(self, target: MessageId | int) -> None:
+        """Move the reader to a message id or a publish time (int, ms since the epoch)."""
+        await self._consumer.seek(target)
+
+    async def close(self) -> None:
+        """Close the reader (its non-durable subscription goes away)."""
+        await self._consumer.close()
+
+    def is_connected(self) -> bool:
+        """True while the reader's consumer(s) are connected."""
+        return self._consumer.is_connected
+
+    def __aiter__(self) -> Reader:
+        return self
+
+    async def __anext__(self) -> Message:
+        return await self.read_next()
