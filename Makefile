@@ -22,8 +22,10 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 run: $(VENV)/.installed-run
 	$(BIN)/quasar standalone --data-dir ./data
 
-## make test: install with the dev extras, then ruff, the import-linter contracts and pytest
+## make test: install with the dev extras (and a headless JRE for Spark when java 17+ is missing),
+## then ruff, the import-linter contracts and pytest
 test: $(VENV)/.installed-dev
+	bash scripts/ensure_java.sh
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest

@@ -505,3 +505,13 @@ def flights(
         Console(stderr=True).print(f"[bold red]error:[/] {type(exc).__name__}: {exc}", highlight=False)
         status = EXIT_CANNOT_RUN
     raise SystemExit(status)
+
+
+def _register_pipeline() -> None:
+    """``quasar demo flights-pipeline`` lives in :mod:`quasar.cli.pipeline` (issue 6)."""
+    from quasar.cli.pipeline import flights_pipeline
+
+    demo.add_command(flights_pipeline)
+
+
+_register_pipeline()
