@@ -6,6 +6,7 @@ a subscription, restored when the topic loads; publishing appends one entry per 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 
@@ -106,9 +107,10 @@ class PersistentTopic:
         else:
             await self.dedup.disable()
 
-    async def publish(self, data: memoryview) -> Position:
-        """Append one entry (SEND bytes after the command, verbatim); returns its position once durable."""
-        return await self.ledger.add_entry(data)
+    def publish(self, data: memoryview) -> asyncio.Future[Position]:
+        """Append one entry (SEND bytes after the command, verbatim); the future resolves with its position
+        once durable (a plain future: no Task per entry on the publish path)."""
+        return self.ledger.add_entry_future(data)
 
     def _on_new_entries(self) -> None:
         for subscription in self.subscriptions.values():

@@ -242,8 +242,72 @@ class ManagedLedger(LedgerReadsMixin, TrimmingMixin):
         ``InvalidEntryError`` (too large / malformed), ``TooManyRequestsError``, ``ManagedLedgerStorageError``
         (other store failures), ``ManagedLedgerFencedError`` (ledger table not durable) and
         ``ManagedLedgerAlreadyClosedError``, ``MetadataError`` (no ledger id could be reserved for a
-        rollover). On any error ``last_confirmed_entry`` does not cover the entry.
+        rollover). On any error ``last_confirmed_entry`` does not cover the entry. Cancelling the caller does
+        not cancel the append. See :meth:`add_entry_future` for the same without a coroutine.
         """
+        return await self.add_entry_future(data, properties=properties, tag_hash=tag_hash)
+
+    def add_entry_future(
+        self, data: bytes | memoryview, *, properties: Mapping[str, str] | None = None, tag_hash: int = 0
+    ) -> asyncio.Future[Position]:
+        """:meth:`add_entry` as a plain future, driven by callbacks: no Task per entry on the publish path.
+
+        The put happens now (on the loop thread); the future resolves with the Position, or with one of the
+        errors listed on :meth:`add_entry`, once the flush covering the entry (and the ledger's table row)
+        is durable. Futures of successive calls resolve in call order.
+        """
+        result: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
+        try:
+            position, flushed, row_future = self._append(data, properties, tag_hash)
+        except ManagedLedgerError as exc:
+            result.set_exception(exc)
+            return result
+
+        def finish(row: asyncio.Future[Any] | None) -> None:
+            if result.done():
+                return
+            if row is not None and (row.cancelled() or row.exception() is not None):
+                result.set_exception(
+                    ManagedLedgerFencedError(
+                        f"{self._name}: the ledger of {position} could not be made durable"
+                    )
+                )
+            else:
+                result.set_result(position)
+
+        def on_flushed(future: asyncio.Future[Any]) -> None:
+            if result.done():
+                return
+            if future.cancelled():
+                result.set_exception(ManagedLedgerStorageError(f"store flush of {self._name} was cancelled"))
+                return
+            exc = future.exception()
+            if exc is not None:
+                error = (
+                    ManagedLedgerStorageError(f"store failed to flush {self._name}: {exc}")
+                    if isinstance(exc, QuasarError)
+                    else exc
+                )
+                result.set_exception(error)
+                return
+            status = future.result()
+            if status is not PutStatus.PUT_OK:
+                result.set_exception(_put_error(status, self._name))
+            elif row_future is not None and not row_future.done():
+                row_future.add_done_callback(finish)
+            else:
+                finish(row_future)
+
+        flushed.add_done_callback(on_flushed)
+        return result
+
+    def _append(
+        self, data: bytes | memoryview, properties: Mapping[str, str] | None, tag_hash: int
+    ) -> tuple[Position, asyncio.Future[Any], asyncio.Future[Any] | None]:
+        """The synchronous half of an append: put into the store and register the flush wait.
+
+        Returns (position, flush future, the pending ledger-table-row future or None); raises
+        ManagedLedgerError subclasses when nothing was appended."""
         self._check_writable()
         if self._should_roll():
             self._roll()
@@ -262,25 +326,16 @@ class ManagedLedger(LedgerReadsMixin, TrimmingMixin):
         self._current_size += len(data)
         last = table.last
         position = Position(last.ledger_id, offset - last.first_queue_offset)
-        flushed = asyncio.ensure_future(
-            self._store.wait_flushed(result.commit_log_offset + result.wrote_bytes)
-        )
+        try:
+            flushed = asyncio.ensure_future(
+                self._store.wait_flushed(result.commit_log_offset + result.wrote_bytes)
+            )
+        except QuasarError as exc:
+            raise ManagedLedgerStorageError(f"store failed to flush {self._name}: {exc}") from exc
         self._inflight.add(flushed)
         flushed.add_done_callback(functools.partial(self._on_flushed, offset))
         row_future = self._unpersisted[-1][1] if self._unpersisted else None
-        try:
-            flush_status = await asyncio.shield(flushed)
-        except QuasarError as exc:
-            raise ManagedLedgerStorageError(f"store failed to flush {self._name}: {exc}") from exc
-        if flush_status is not PutStatus.PUT_OK:
-            raise _put_error(flush_status, self._name)
-        if row_future is not None and not row_future.done():
-            await asyncio.shield(row_future)
-        if row_future is not None and (row_future.cancelled() or row_future.exception() is not None):
-            raise ManagedLedgerFencedError(
-                f"{self._name}: the ledger of {position} could not be made durable"
-            )
-        return position
+        return position, flushed, row_future
 
     def _should_roll(self) -> bool:
         table = self._table
