@@ -57,10 +57,12 @@ def _topic(admin_url: str, partitions: int) -> str:
     return topic
 
 
-def run_official(url: str, topic: str, count: int, payload: bytes) -> Result:
-    client = pulsar.Client(url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+def _run_blocking(client, earliest, topic: str, count: int, payload: bytes) -> Result:
+    """The same workload for any client with the official blocking API (``pulsar.Client`` or our facade):
+    subscribe from ``earliest``, publish ``count`` x ``payload`` with batching, then receive and ack them all.
+    Returns (publish msg/s, consume msg/s); closes ``client``."""
     try:
-        consumer = client.subscribe(topic, "bench", initial_position=pulsar.InitialPosition.Earliest)
+        consumer = client.subscribe(topic, "bench", initial_position=earliest)
         producer = client.create_producer(topic, batching_enabled=True, block_if_queue_full=True)
         start = time.perf_counter()
         for _ in range(count):
@@ -76,27 +78,15 @@ def run_official(url: str, topic: str, count: int, payload: bytes) -> Result:
         return publish, consume
     finally:
         client.close()
+
+
+def run_official(url: str, topic: str, count: int, payload: bytes) -> Result:
+    client = pulsar.Client(url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    return _run_blocking(client, pulsar.InitialPosition.Earliest, topic, count, payload)
 
 
 def run_quasar_sync(url: str, topic: str, count: int, payload: bytes) -> Result:
-    client = qc.Client(url)
-    try:
-        consumer = client.subscribe(topic, "bench", initial_position=qc.InitialPosition.Earliest)
-        producer = client.create_producer(topic, batching_enabled=True, block_if_queue_full=True)
-        start = time.perf_counter()
-        for _ in range(count):
-            producer.send_async(payload, None)
-        producer.flush()
-        publish = count / (time.perf_counter() - start)
-        start = time.perf_counter()
-        for _ in range(count):
-            consumer.acknowledge(consumer.receive(30_000))
-        consume = count / (time.perf_counter() - start)
-        producer.close()
-        consumer.close()
-        return publish, consume
-    finally:
-        client.close()
+    return _run_blocking(qc.Client(url), qc.InitialPosition.Earliest, topic, count, payload)
 
 
 async def _quasar_async(url: str, topic: str, count: int, payload: bytes) -> Result:
