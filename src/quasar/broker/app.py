@@ -105,6 +105,9 @@ class BrokerApp:
         return f"http://{self.config.host}:{self.admin_port}"
 
     async def start(self) -> None:
+        """Open (and recover) the store in an executor, start flush/reput/clean services and the ledger
+        factory, then bind the Pulsar listener and the admin API (port 0 = a free port; ``port``/``admin_port``
+        hold the bound ones). Raises OSError when a port cannot be bound, StorageError when the store cannot load."""
         config = self.config
         data_dir = Path(config.data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)

@@ -140,6 +140,8 @@ class BrokerService:
         await self.metadata.aput(TENANTS_PREFIX + tenant, info)
 
     async def create_namespace(self, namespace: str, policies: dict[str, Any]) -> None:
+        """Create ``tenant/ns`` with ``policies``; raises NamespaceNotFoundError (unknown tenant) or
+        TopicExistsError (admin 409)."""
         tenant = namespace.split("/", 1)[0]
         if not self.tenant_exists(tenant):
             raise NamespaceNotFoundError(f"Tenant {tenant} does not exist")

@@ -97,6 +97,8 @@ async def get_tenants(request: web.Request) -> web.Response:
 
 
 async def put_tenant(request: web.Request) -> web.Response:
+    """PUT /admin/v2/tenants/{tenant}, body TenantInfo JSON (optional): 204; 409 if it exists, 400 for a bad
+    name or body."""
     tenant = request.match_info["tenant"]
     TopicName.parse(f"persistent://{tenant}/ns/t")  # validates the characters
     body = await _json_body(request)
@@ -107,6 +109,7 @@ async def put_tenant(request: web.Request) -> web.Response:
 
 
 async def get_namespaces(request: web.Request) -> web.Response:
+    """GET /admin/v2/namespaces/{tenant}: JSON array of "tenant/ns"; 404 for an unknown tenant."""
     tenant = request.match_info["tenant"]
     service = _service(request)
     if not service.tenant_exists(tenant):
@@ -115,6 +118,7 @@ async def get_namespaces(request: web.Request) -> web.Response:
 
 
 async def put_namespace(request: web.Request) -> web.Response:
+    """PUT /admin/v2/namespaces/{tenant}/{ns}, body policies JSON (optional): 204; 404 unknown tenant, 409 exists."""
     namespace = f"{request.match_info['tenant']}/{request.match_info['namespace']}"
     TopicName.parse(f"persistent://{namespace}/t")
     body = await _json_body(request)
@@ -167,6 +171,7 @@ async def put_topic(request: web.Request) -> web.Response:
 
 
 async def get_stats(request: web.Request) -> web.Response:
+    """GET {topic}/stats: Pulsar TopicStats JSON (subset); 404 for a partitioned parent or an unknown topic."""
     topic = _topic(request)
     service = _service(request)
     if service.partitions(topic) > 0:
@@ -217,6 +222,8 @@ async def get_subscriptions(request: web.Request) -> web.Response:
 
 
 async def get_last_message_id(request: web.Request) -> web.Response:
+    """GET {topic}/lastMessageId: ``{"ledgerId", "entryId", "partitionIndex"[, "batchIndex"]}``, -1/-1 when
+    empty; 404 for an unknown topic."""
     topic = _topic(request)
     loaded = _service(request).get_or_create_topic(topic, create=False)
     ledger_id, entry_id, batch_index = loaded.last_message_id()
@@ -294,6 +301,7 @@ async def get_topic_deduplication(request: web.Request) -> web.Response:
 
 
 async def delete_topic_deduplication(request: web.Request) -> web.Response:
+    """DELETE {topic}/deduplicationEnabled: drop the topic policy (the namespace policy applies again): 204."""
     topic = _topic(request)
     _namespace(request)
     await _service(request).set_topic_deduplication(topic, None)
@@ -386,6 +394,7 @@ def _policy_routes(topic: str) -> list[web.RouteDef]:
 
 
 async def lookup(request: web.Request) -> web.Response:
+    """GET /lookup/v2/topic/{domain}/{tenant}/{ns}/{topic}: Pulsar LookupData JSON pointing at this broker."""
     topic = _topic(request)
     service = _service(request)
     _namespace(request)
