@@ -77,6 +77,7 @@ from quasar.storage.results import (
     StoreStatistics,
 )
 from quasar.storage.status import AppendMessageStatus, GetStatus, PutStatus
+from quasar.storage.store_flushing import StoreFlushing
 
 __all__ = [
     "FlushDiskType",
@@ -106,7 +107,7 @@ class _State:
     CLOSED = "closed"
 
 
-class MessageStore(StoreReader, StoreRetention):
+class MessageStore(StoreReader, StoreRetention, StoreFlushing):
     """The RocketMQ-style store: one commit log, consume queues, checkpoint, flush services."""
 
     def __init__(
@@ -352,58 +353,9 @@ class MessageStore(StoreReader, StoreRetention):
         if self._state is not _State.OPEN:
             raise StoreClosedError(f"the message store is {self._state}")
 
-    # -- flushing (flush threads) ----------------------------------------------------------------------------
-
-    def _flush_commit_log(self, least_pages: int = 0) -> int:
-        """fdatasync the commit log; returns the flushed offset. Flush threads / close only."""
-        timestamp = self._last_store_timestamp
-        end = self.commit_log.max_offset
-        with self._flush_lock:
-            flushed = self.commit_log.flush(least_pages)
-        if flushed >= end and self.checkpoint is not None:
-            self.checkpoint.physic_msg_timestamp = max(self.checkpoint.physic_msg_timestamp, timestamp)
-        return flushed
-
-    def flush_consume_queues(self, least_pages: int = 0) -> None:
-        """Flush consume queues (RocketMQ ``FlushConsumeQueueService``). A thorough round (``least_pages == 0``)
-        first flushes the commit log up to what was dispatched, then every consume queue, then writes that offset
-        and unit count to the checkpoint. Blocking: the consume queue flush thread, :meth:`flush` and close.
-        """
-        with self._consume_queue_flush_lock:
-            if least_pages:
-                self.consume_queues.flush(least_pages)
-                return
-            dispatched, units = self._dispatch_mark  # every unit of a record below is in the mapped files
-            timestamp = self._last_store_timestamp
-            reput = self.reput
-            if reput is not None and self.async_dispatchers and not self._reput_failed:
-                self.index_service.flush(reput.reput_from_offset)
-            if self._flush_commit_log(0) < dispatched:
-                raise StoreNotWritableError(f"commit log flush stopped short of offset {dispatched}")
-            self.consume_queues.flush(0)
-            checkpoint = self.checkpoint
-            if checkpoint is not None and dispatched >= checkpoint.logics_flushed_offset:
-                checkpoint.logics_flushed_offset = dispatched
-                checkpoint.logics_flushed_units = units
-                checkpoint.logics_msg_timestamp = max(checkpoint.logics_msg_timestamp, timestamp)
-                checkpoint.flush()
-
-    def flush(self) -> int:
-        """fdatasync the commit log, then every consume queue, then write the checkpoint; returns the flushed
-        commit log offset (bytes). Blocking: call it off the event loop (``loop.run_in_executor``).
-        Raises :class:`StoreClosedError` when not open, OSError when a sync fails.
-        """
-        self._check_open()
-        self.flush_consume_queues(0)
-        return self.commit_log.flushed_offset
-
     def _on_reput_error(self, exc: BaseException) -> None:
         log.error("message store: the reput service failed; the index stops growing until reopened: %r", exc)
         self._reput_failed = True
-
-    def _on_flush_error(self, exc: BaseException) -> None:
-        log.error("message store: flush failed, the store refuses writes from now on: %r", exc)
-        self._writable = False
 
     def _recover(self) -> None:
         checkpoint = self.checkpoint
