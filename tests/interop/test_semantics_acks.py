@@ -137,3 +137,36 @@ def test_closed_consumer_unacked_go_to_the_other_with_redelivery_count(broker):
         assert again.data() == message.data() and again.redelivery_count() == 1
     finally:
         client.close()
+
+
+def test_dead_letter_producer_creates_its_initial_subscription(broker):
+    """CommandProducer.initial_subscription_name (the official client's DeadLetterPolicy) makes the broker
+    create that subscription on the DLQ topic at Earliest, so messages dead-lettered before anybody subscribed
+    to the DLQ are kept for it (Pulsar ServerCnx.handleProducer)."""
+    topic = topic_name()
+    dlq = f"{topic}-dlq"
+    client = new_client(broker)
+    consumer = client.subscribe(
+        topic,
+        "work",
+        consumer_type=pulsar.ConsumerType.Shared,
+        negative_ack_redelivery_delay_ms=100,
+        dead_letter_policy=pulsar.ConsumerDeadLetterPolicy(
+            max_redeliver_count=1, dead_letter_topic=dlq, initial_subscription_name="dlq-init"
+        ),
+    )
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(3):
+        producer.send(f"d{i}".encode())
+    received = []
+    for _ in range(6):  # first delivery + one redelivery of each; the next redelivery goes to the DLQ
+        message = consumer.receive(timeout_millis=10_000)
+        received.append(message.data())
+        consumer.negative_acknowledge(message)
+    assert sorted(received) == sorted([b"d0", b"d1", b"d2"] * 2)
+    assert receive_until_timeout(consumer, 2000) == []
+    # Latest would see nothing: the messages are there only because the broker made the subscription earlier.
+    dlq_consumer = client.subscribe(dlq, "dlq-init", initial_position=pulsar.InitialPosition.Latest)
+    got = sorted(dlq_consumer.receive(timeout_millis=10_000).data() for _ in range(3))
+    assert got == [b"d0", b"d1", b"d2"]
+    client.close()

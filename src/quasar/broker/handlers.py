@@ -17,6 +17,7 @@ from quasar.broker.errors import BrokerError, ConsumerBusyError
 from quasar.broker.key_shared_dispatcher import KeySharedMeta
 from quasar.broker.producer import Producer
 from quasar.broker.subscription import SubType, ack_set_bits
+from quasar.broker.topic import INITIAL_POSITION_EARLIEST
 from quasar.errors import QuasarError
 from quasar.ledger.position import Position
 from quasar.protocol import CommandType, TopicName, commands, num_messages, parse_headers_and_payload
@@ -199,6 +200,12 @@ class CommandHandlers:
                 access_mode=cmd.producer_access_mode,
                 request_id=cmd.request_id,
             )
+            if cmd.initial_subscription_name and topic.is_persistent:
+                # Pulsar ServerCnx.handleProducer: create the producer's initial subscription at Earliest
+                # (used by the client's dead-letter producer, DeadLetterPolicy.initialSubscriptionName).
+                topic.get_or_create_subscription(
+                    cmd.initial_subscription_name, durable=True, initial_position=INITIAL_POSITION_EARLIEST
+                )
             ready = topic.add_producer(producer)
         except Exception as exc:
             self._reply_error(cmd.request_id, exc)
