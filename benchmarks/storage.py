@@ -8,16 +8,28 @@ Cases, each on a fresh store in ``--dir``:
 |                 | ``flush()`` (fdatasync of everything)                                                   |
 | SYNC <size>     | ``--producers`` asyncio tasks, each ``await put_and_wait`` in a loop (SYNC_FLUSH, group |
 |                 | commit: every append waits for the fdatasync covering it)                              |
+| ASYNC <size>    | ``put_batch`` of ``--batch`` bodies in a loop (RocketMQ ``putMessages``: one record per |
+| batch<B>        | body, one call, one segment), then the final ``flush()``                                |
+| SYNC <size>     | ``--producers`` tasks, each ``await put_batch_and_wait`` of ``--batch`` bodies in a     |
+| batch<B> x<P>   | loop (one flush wait per batch)                                                        |
 
 Columns: appends/s; body MB/s (10^6 B of bodies per second); log MB/s (commit log bytes: bodies plus the
 ~110-130 bytes of record header, topic and properties per record); ratio = log MB/s / baseline MB/s.
 
 Baseline: ``fio --rw=write --bs=1M --ioengine=sync --end_fsync=1`` (buffered sequential write of the same
 number of bytes, then fsync; the same write-then-sync pattern as the store), or, without fio,
-``dd bs=1M conv=fdatasync``. Issue 3's targets: ASYNC 1 KiB >= 50 % of the baseline, SYNC 1 KiB with 64
-producers >= 25 %. Numbers are for comparison on one machine, never asserted by tests.
+``dd bs=1M conv=fdatasync``; run ``--baseline-runs`` times (the disk is shared and its figure varies by 2-3x
+between runs on the development VM), the best run is the baseline, so the ratios err low. Issue 3's targets:
+ASYNC 1 KiB >= 50 % of the baseline, SYNC 1 KiB with 64 producers >= 25 %. Numbers are for comparison on one
+machine, never asserted by tests.
 
-Usage: ``python benchmarks/storage.py [--dir DIR] [--mib 256] [--sizes 100,1024] [--producers 64]``
+Appends/s counts records (a batch of 64 is 64 appends). The SYNC single-put rows are bounded by the disk's
+fdatasync latency, not by CPU: at most ``--producers`` records are in flight, so each group commit round
+covers at most that many (64 records per ~150-400 µs fdatasync on the development VM); the batch rows lift
+that bound by ``--batch``.
+
+Usage: ``python benchmarks/storage.py [--dir DIR] [--mib 256] [--sizes 100,1024] [--producers 64] [--batch 64]
+[--baseline-runs 3]``
 """
 
 from __future__ import annotations
@@ -157,13 +169,68 @@ async def run_sync(directory: Path, size: int, count: int, producers: int, segme
     return row
 
 
+async def run_async_batch(directory: Path, size: int, count: int, batch: int, segment_mib: int) -> Row:
+    store = _store(directory, FlushDiskType.ASYNC_FLUSH, segment_mib)
+    await store.start()
+    bodies = [os.urandom(size)] * batch
+    put_batch = store.put_batch
+    loop = asyncio.get_running_loop()
+    rounds = max(1, count // batch)
+    started = time.perf_counter()
+    for _ in range(rounds):
+        result = put_batch(TOPIC, 0, bodies)
+    await loop.run_in_executor(None, store.flush)
+    elapsed = time.perf_counter() - started
+    assert result.status is PutStatus.PUT_OK, result
+    log_bytes = store.max_commit_log_offset - store.min_commit_log_offset
+    await store.close()
+    return Row(f"ASYNC {size} B batch{batch}", rounds * batch, elapsed, size * rounds * batch, log_bytes)
+
+
+async def run_sync_batch(
+    directory: Path, size: int, count: int, batch: int, producers: int, segment_mib: int
+) -> Row:
+    store = _store(directory, FlushDiskType.SYNC_FLUSH, segment_mib)
+    await store.start()
+    bodies = [os.urandom(size)] * batch
+    per_producer = max(1, count // producers // batch)
+
+    async def producer(queue_id: int) -> None:
+        put_batch_and_wait = store.put_batch_and_wait
+        for _ in range(per_producer):
+            result = await put_batch_and_wait(TOPIC, queue_id, bodies)
+            if result.status is not PutStatus.PUT_OK:
+                raise RuntimeError(result)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(producer(i % 8) for i in range(producers)))
+    elapsed = time.perf_counter() - started
+    log_bytes = store.max_commit_log_offset - store.min_commit_log_offset
+    rounds = store.statistics().group_commit_rounds
+    await store.close()
+    appends = per_producer * producers * batch
+    row = Row(f"SYNC {size} B batch{batch} x{producers}", appends, elapsed, size * appends, log_bytes)
+    row.case += f" ({row.appends / max(rounds, 1):.0f}/fsync)"
+    return row
+
+
 @click.command()
 @click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default=None)
 @click.option("--mib", default=256, show_default=True, help="Body MiB written per case.")
 @click.option("--sizes", default="100,1024", show_default=True)
 @click.option("--producers", default=64, show_default=True)
+@click.option("--batch", default=64, show_default=True, help="Bodies per put_batch in the batch rows.")
+@click.option("--baseline-runs", default=3, show_default=True, help="fio runs; the best one is the baseline.")
 @click.option("--segment-mib", default=128, show_default=True, help="Commit log segment size.")
-def main(directory: Path | None, mib: int, sizes: str, producers: int, segment_mib: int) -> None:
+def main(
+    directory: Path | None,
+    mib: int,
+    sizes: str,
+    producers: int,
+    batch: int,
+    baseline_runs: int,
+    segment_mib: int,
+) -> None:
     """Run the storage benchmark and print one table."""
     try:
         import uvloop
@@ -175,18 +242,24 @@ def main(directory: Path | None, mib: int, sizes: str, producers: int, segment_m
     console = Console()
     try:
         total = mib * 1024 * 1024
-        tool, base = baseline_mb_s(parent, total)
+        runs = [baseline_mb_s(parent, total) for _ in range(baseline_runs)]
+        tool, base = max(runs, key=lambda run: run[1])
+        tool += f", best of {baseline_runs}: " + " / ".join(f"{run[1]:,.0f}" for run in runs)
         rows: list[Row] = []
         for size in (int(s) for s in re.split(r"[,\s]+", sizes) if s):
             count = max(1000, total // size)
             if size < 512:
                 count = min(count, 1_000_000)  # per-append cost dominates: cap the run time
-            for case in ("async", "sync"):
+            for case in ("async", "sync", "async-batch", "sync-batch"):
                 case_dir = parent / f"{case}-{size}"
                 if case == "async":
                     row = asyncio.run(run_async(case_dir, size, count, segment_mib))
-                else:
+                elif case == "sync":
                     row = asyncio.run(run_sync(case_dir, size, count // 4, producers, segment_mib))
+                elif case == "async-batch":
+                    row = asyncio.run(run_async_batch(case_dir, size, count, batch, segment_mib))
+                else:
+                    row = asyncio.run(run_sync_batch(case_dir, size, count, batch, producers, segment_mib))
                 rows.append(row)
                 shutil.rmtree(case_dir, ignore_errors=True)
                 console.print(f"{row.case}: {row.appends_per_s:,.0f} appends/s, {row.log_mb_s:,.1f} MB/s")

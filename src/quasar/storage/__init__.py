@@ -27,6 +27,7 @@ from quasar.storage.flush import FlushDiskType
 from quasar.storage.message_store import (
     GetResult,
     MessageStore,
+    PutBatchResult,
     PutResult,
     StoredMessage,
     StoreStatistics,
@@ -49,6 +50,7 @@ __all__ = [
     "MetadataError",
     "MetadataStore",
     "OffsetOutOfRangeError",
+    "PutBatchResult",
     "PutResult",
     "PutStatus",
     "StorageError",

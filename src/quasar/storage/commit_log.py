@@ -14,20 +14,33 @@ from __future__ import annotations
 
 import errno
 import logging
-from collections.abc import Iterator
+import struct
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from isal.isal_zlib import crc32
+
 from quasar.storage.allocate import AllocateMappedFileService
-from quasar.storage.errors import CorruptRecordError, DiskFullError, OffsetOutOfRangeError
+from quasar.storage.errors import (
+    CorruptRecordError,
+    DiskFullError,
+    InvalidMessageError,
+    OffsetOutOfRangeError,
+)
 from quasar.storage.mapped_file import MappedFile
 from quasar.storage.mapped_file_queue import MappedFileQueue
 from quasar.storage.record import (
+    BODY_POSITION,
     CRC32_RESERVED_LEN,
+    CRC32_TAIL_FORMAT,
     END_FILE_MIN_BLANK_LENGTH,
+    HEADER_MIDDLE,
+    HEADER_PACKED,
     LOCAL_HOST,
     MAX_PROPERTIES_LENGTH,
     MAX_TOPIC_LENGTH,
+    Buffer,
     CheckStatus,
     HostAddress,
     StoredRecord,
@@ -76,6 +89,9 @@ class CommitLog:
         self.append_prop_crc = append_prop_crc
         """Append RocketMQ's reserved ``__CRC32#`` whole-record CRC property to every record."""
         self._reserved = CRC32_RESERVED_LEN if append_prop_crc else 0
+        self._middle_key = (-1, -1)
+        """(store, born) timestamps of ``_middle``, the packed header fields 8-14 of the last record."""
+        self._middle = b""
 
     def __repr__(self) -> str:
         return f"CommitLog({self.mapped_file_queue.store_path}, max_offset={self.max_offset})"
@@ -129,22 +145,9 @@ class CommitLog:
         total = calc_msg_length(len(body), len(topic), properties_length)
         if len(topic) > MAX_TOPIC_LENGTH or total + END_FILE_MIN_BLANK_LENGTH > self.mapped_file_size:
             return AppendResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED)
-        queue = self.mapped_file_queue
-        try:
-            mapped_file = queue.get_last_mapped_file(0)
-            assert mapped_file is not None
-            if total + END_FILE_MIN_BLANK_LENGTH > mapped_file.remaining():
-                self._reserve(mapped_file, mapped_file.wrote_position + END_FILE_MIN_BLANK_LENGTH)
-                self._write_blank(mapped_file)
-                mapped_file = queue.get_last_mapped_file(0)
-                assert mapped_file is not None
-        except DiskFullError:
-            raise
-        except OSError as exc:
-            log.error("cannot create the next commit log segment: %s", exc)
-            if exc.errno == errno.ENOSPC:
-                raise DiskFullError(f"no space left for the next commit log segment: {exc}") from exc
-            return AppendResult(AppendMessageStatus.CREATE_MAPPED_FILE_FAILED)
+        mapped_file = self._file_for(total)
+        if type(mapped_file) is AppendMessageStatus:
+            return AppendResult(mapped_file)
         position = mapped_file.wrote_position
         if position + total > mapped_file.reserved_position:
             self._reserve(mapped_file, position + total)
@@ -168,6 +171,188 @@ class CommitLog:
         )
         mapped_file.wrote_position = mapped_file.committed_position = position + total
         return AppendResult(AppendMessageStatus.PUT_OK, wrote_offset, total, store_timestamp, queue_offset)
+
+    def append_one(
+        self,
+        magic: int,
+        queue_flag: bytes,
+        queue_offset: int,
+        body: Buffer,
+        tail: bytes,
+        store_timestamp: int,
+        born_timestamp: int,
+        sys_flag: int = 0,
+    ) -> tuple[AppendMessageStatus, int, int]:
+        """The store's hot path: append one record whose constant parts are already encoded.
+
+        ``magic`` and ``tail`` come from :func:`~quasar.storage.record.topic_field` and
+        :func:`~quasar.storage.record.record_tail` (the caller checked the topic and property limits),
+        ``queue_flag`` is QUEUEID and FLAG packed with :data:`~quasar.storage.record.QUEUE_FLAG`; ``body`` is
+        bytes-like with 1-byte items. The bytes are exactly those of :meth:`append` (born host = store host):
+        one ``pack_into`` of the 88-byte header straight into the mapping, two slice copies (body, tail), and
+        with ``append_prop_crc`` one CRC pass and one formatting for the ``__CRC32#`` property. Returns
+        ``(PUT_OK, offset, size)`` in bytes, or ``(status, -1, 0)`` as :meth:`append` would. Raises
+        :class:`InvalidMessageError` (nothing written) for a field out of range, :class:`DiskFullError`.
+        """
+        body_length = len(body)
+        total = BODY_POSITION + body_length + len(tail) + self._reserved
+        mapped_file = self.mapped_file_queue.last_mapped_file
+        if mapped_file is None or mapped_file.wrote_position + total + END_FILE_MIN_BLANK_LENGTH > (
+            mapped_file.file_size
+        ):
+            mapped_file = self._file_for(total)
+            if type(mapped_file) is AppendMessageStatus:
+                return mapped_file, -1, 0
+        if store_timestamp != self._middle_key[0] or born_timestamp != self._middle_key[1] or sys_flag:
+            middle = self._header_middle(store_timestamp, born_timestamp, sys_flag)
+        else:
+            middle = self._middle
+        position = mapped_file.wrote_position
+        end = position + total
+        if end > mapped_file.reserved_position:
+            self._reserve(mapped_file, end)
+        buf = mapped_file.buffer
+        offset = mapped_file.file_from_offset + position
+        try:
+            HEADER_PACKED.pack_into(
+                buf,
+                position,
+                total,
+                magic,
+                crc32(body) & 0x7FFFFFFF,
+                queue_flag,
+                queue_offset,
+                offset,
+                middle,
+                body_length,
+            )
+        except struct.error as exc:
+            raise InvalidMessageError(f"record field out of range: {exc}") from None
+        p = position + BODY_POSITION
+        q = p + body_length
+        buf[p:q] = body
+        p = q + len(tail)
+        buf[q:p] = tail
+        if self._reserved:
+            buf[p:end] = CRC32_TAIL_FORMAT % (crc32(buf[position:p]) & 0x7FFFFFFF)
+        mapped_file.wrote_position = mapped_file.committed_position = end
+        return AppendMessageStatus.PUT_OK, offset, total
+
+    def _header_middle(self, store_timestamp: int, born_timestamp: int, sys_flag: int) -> bytes:
+        """Header fields 8-14 packed (cached for the next record while the timestamps stay the same). Raises
+        :class:`InvalidMessageError` for a timestamp or flag out of range."""
+        host, port = self.store_host
+        try:
+            middle = HEADER_MIDDLE.pack(
+                sys_flag, born_timestamp, host, port, store_timestamp, host, port, 0, 0
+            )
+        except struct.error as exc:
+            raise InvalidMessageError(f"record field out of range: {exc}") from None
+        if not sys_flag:
+            self._middle_key = (store_timestamp, born_timestamp)
+            self._middle = middle
+        return middle
+
+    def append_batch(
+        self,
+        magic: int,
+        queue_flag: bytes,
+        queue_offset: int,
+        bodies: Sequence[Buffer],
+        tail: bytes,
+        store_timestamp: int,
+        born_timestamp: int,
+        sys_flag: int = 0,
+    ) -> tuple[AppendMessageStatus, list[int]]:
+        """Append one ordinary record per body, queue offsets ``queue_offset, queue_offset + 1, ...``, all in
+        ONE segment (RocketMQ ``CommitLog.putMessages`` / ``doAppend(MessageExtBatch)``): when the whole batch
+        plus 8 bytes does not fit the current segment, the blank record ends it and the batch goes to the
+        next one. Arguments as :meth:`append_one`; the records are byte for byte those it writes one at a
+        time, and become visible together (``wrote_position`` moves once, after the last).
+
+        Returns ``(PUT_OK, [offset of each record])``; ``(MESSAGE_SIZE_EXCEEDED, [])`` when the batch can
+        never fit in one segment, ``(CREATE_MAPPED_FILE_FAILED, [])``. Raises :class:`InvalidMessageError`
+        (nothing written) for a field out of range and :class:`DiskFullError` (nothing written).
+        """
+        fixed = BODY_POSITION + len(tail) + self._reserved
+        total = fixed * len(bodies) + sum(map(len, bodies))
+        mapped_file = self.mapped_file_queue.last_mapped_file
+        if mapped_file is None or mapped_file.wrote_position + total + END_FILE_MIN_BLANK_LENGTH > (
+            mapped_file.file_size
+        ):
+            mapped_file = self._file_for(total)
+            if type(mapped_file) is AppendMessageStatus:
+                return mapped_file, []
+        middle = self._header_middle(store_timestamp, born_timestamp, sys_flag)
+        start = mapped_file.wrote_position
+        if start + total > mapped_file.reserved_position:
+            self._reserve(mapped_file, start + total)
+        buf = mapped_file.buffer
+        base = mapped_file.file_from_offset
+        pack_into = HEADER_PACKED.pack_into
+        tail_length = len(tail)
+        append_prop_crc = self._reserved != 0
+        offsets: list[int] = []
+        add_offset = offsets.append
+        position = start
+        try:
+            for body in bodies:
+                body_length = len(body)
+                offset = base + position
+                add_offset(offset)
+                pack_into(
+                    buf,
+                    position,
+                    fixed + body_length,
+                    magic,
+                    crc32(body) & 0x7FFFFFFF,
+                    queue_flag,
+                    queue_offset,
+                    offset,
+                    middle,
+                    body_length,
+                )
+                p = position + BODY_POSITION
+                q = p + body_length
+                buf[p:q] = body
+                p = q + tail_length
+                buf[q:p] = tail
+                if append_prop_crc:
+                    q = p + CRC32_RESERVED_LEN
+                    buf[p:q] = CRC32_TAIL_FORMAT % (crc32(buf[position:p]) & 0x7FFFFFFF)
+                    p = q
+                position = p
+                queue_offset += 1
+        except struct.error as exc:
+            buf[start:position] = bytes(position - start)  # nothing past wrote_position may look valid
+            raise InvalidMessageError(f"record field out of range: {exc}") from None
+        mapped_file.wrote_position = mapped_file.committed_position = position
+        return AppendMessageStatus.PUT_OK, offsets
+
+    def _file_for(self, total: int) -> MappedFile | AppendMessageStatus:
+        """The segment to append ``total`` bytes to: the last one when they fit with 8 bytes to spare, else a
+        new one after the blank record (RocketMQ END_OF_FILE). MESSAGE_SIZE_EXCEEDED when ``total`` never
+        fits, CREATE_MAPPED_FILE_FAILED when the new segment cannot be created; raises
+        :class:`DiskFullError` on ENOSPC."""
+        if total + END_FILE_MIN_BLANK_LENGTH > self.mapped_file_size:
+            return AppendMessageStatus.MESSAGE_SIZE_EXCEEDED
+        queue = self.mapped_file_queue
+        try:
+            mapped_file = queue.get_last_mapped_file(0)
+            assert mapped_file is not None
+            if total + END_FILE_MIN_BLANK_LENGTH > mapped_file.remaining():
+                self._reserve(mapped_file, mapped_file.wrote_position + END_FILE_MIN_BLANK_LENGTH)
+                self._write_blank(mapped_file)
+                mapped_file = queue.get_last_mapped_file(0)
+                assert mapped_file is not None
+        except DiskFullError:
+            raise
+        except OSError as exc:
+            log.error("cannot create the next commit log segment: %s", exc)
+            if exc.errno == errno.ENOSPC:
+                raise DiskFullError(f"no space left for the next commit log segment: {exc}") from exc
+            return AppendMessageStatus.CREATE_MAPPED_FILE_FAILED
+        return mapped_file
 
     @staticmethod
     def _reserve(mapped_file: MappedFile, end_position: int) -> None:

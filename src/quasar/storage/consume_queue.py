@@ -186,16 +186,60 @@ class ConsumeQueue:
         self.max_physic_offset = commit_log_offset + size
         return True
 
-    def prepare_write(self) -> None:
-        """Make sure the unit at :attr:`max_offset` can be written without touching the disk allocator: its
-        file exists and has disk blocks (the store calls this before appending to the commit log, so a full
-        disk refuses the put instead of failing the dispatch). Raises OSError."""
+    def prepare_write(self, count: int = 1) -> MappedFile:
+        """Make sure the unit at :attr:`max_offset` (and the next ones up to ``count`` units, as far as the
+        same file goes) can be written without touching the disk allocator: the file exists and has disk
+        blocks (the store calls this before appending to the commit log, so a full disk refuses the put
+        instead of failing the dispatch). Returns the file the next unit goes to. Raises OSError."""
         queue = self.mapped_file_queue
         mapped_file = queue.last_mapped_file
         if mapped_file is None or mapped_file.is_full():
             mapped_file = self._next_file(queue.max_offset)
         position = mapped_file.wrote_position
-        mapped_file.reserve(position + CQ_STORE_UNIT_SIZE)
+        mapped_file.reserve(min(mapped_file.file_size, position + count * CQ_STORE_UNIT_SIZE))
+        return mapped_file
+
+    def append_unit(self, mapped_file: MappedFile, commit_log_offset: int, size: int, tag_hash: int) -> None:
+        """The put hot path: write the unit at :attr:`max_offset` into ``mapped_file``, the file
+        :meth:`prepare_write` returned for it (nothing else may have written to this queue since)."""
+        position = mapped_file.wrote_position
+        UNIT.pack_into(mapped_file.buffer, position, commit_log_offset, size, tag_hash)
+        mapped_file.wrote_position = mapped_file.committed_position = position + CQ_STORE_UNIT_SIZE
+        self.max_physic_offset = commit_log_offset + size
+
+    def append_units(
+        self, mapped_file: MappedFile, commit_log_offsets: list[int], end_offset: int, tag_hash: int
+    ) -> None:
+        """Write the units of a batch of consecutive records (record *i* spans ``commit_log_offsets[i]`` up to
+        the next offset, the last one up to ``end_offset``) from :attr:`max_offset` on, starting in
+        ``mapped_file`` (from :meth:`prepare_write` with the batch's count) and rolling to new files when it
+        fills up. Raises OSError when a new file cannot be created (a batch crossing a file boundary on a
+        full disk)."""
+        pack_into = UNIT.pack_into
+        count = len(commit_log_offsets)
+        index = 0
+        while True:
+            buffer = mapped_file.buffer
+            position = mapped_file.wrote_position
+            stop = min(count, index + (mapped_file.file_size - position) // CQ_STORE_UNIT_SIZE)
+            if position + (stop - index) * CQ_STORE_UNIT_SIZE > mapped_file.reserved_position:
+                mapped_file.reserve(position + (stop - index) * CQ_STORE_UNIT_SIZE)
+            offset = commit_log_offsets[index]
+            for following in commit_log_offsets[index + 1 : stop]:
+                pack_into(buffer, position, offset, following - offset, tag_hash)
+                position += CQ_STORE_UNIT_SIZE
+                offset = following
+            if stop < count:
+                pack_into(buffer, position, offset, commit_log_offsets[stop] - offset, tag_hash)
+            else:
+                pack_into(buffer, position, offset, end_offset - offset, tag_hash)
+            position += CQ_STORE_UNIT_SIZE
+            mapped_file.wrote_position = mapped_file.committed_position = position
+            index = stop
+            if index >= count:
+                break
+            mapped_file = self._next_file(self.mapped_file_queue.max_offset)
+        self.max_physic_offset = end_offset
 
     def _next_file(self, start_offset: int) -> MappedFile:
         queue = self.mapped_file_queue

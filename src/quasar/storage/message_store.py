@@ -21,7 +21,8 @@ Write path: ``put`` assigns the queue's next queue offset, appends one record to
 the body into the mapped segment, after reserving disk blocks) and writes the consume queue unit inline, so
 the unit exists when ``put`` returns; the index follows on the reput thread. ``put`` does not wait for the
 disk: ``wait_flushed`` does (SYNC_FLUSH: the group commit's fdatasync; ASYNC_FLUSH: at once). Futures from
-``wait_flushed`` complete in commit log offset order.
+``wait_flushed`` complete in commit log offset order. ``put_batch`` appends many bodies as ordinary records in
+one call (RocketMQ ``putMessages``). The write path lives in :mod:`quasar.storage.write_path`.
 
 **Read visibility guarantee** (what the managed ledger relies on): when ``wait_flushed(end)`` resolves for a
 put, that put's consume queue unit exists and ``get`` returns the record (the unit is written before ``put``
@@ -35,55 +36,48 @@ index resumes from :meth:`IndexService.recover_from`.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import fcntl
 import logging
 import os
 import threading
 import time
-from collections.abc import Awaitable, Mapping
 
 from quasar.storage.allocate import AllocateMappedFileService
 from quasar.storage.checkpoint import StoreCheckpoint, create_abort_file, remove_abort_file
 from quasar.storage.clean_service import CleanService, DiskUsage, StoreRetention, statvfs_disk_usage
 from quasar.storage.commit_log import CommitLog
 from quasar.storage.config import StoreConfig
-from quasar.storage.dispatch import ConsumeQueueDispatcher, ConsumeQueueStore, Dispatcher, DispatchRequest
+from quasar.storage.dispatch import ConsumeQueueDispatcher, ConsumeQueueStore, Dispatcher
 from quasar.storage.errors import (
-    DiskFullError,
-    InvalidMessageError,
     StoreClosedError,
     StoreLockedError,
-    StoreNotWritableError,
 )
 from quasar.storage.flush import FlushDiskType, GroupCommitService, PeriodicFlushService
 from quasar.storage.index_service import IndexService, KeyExtractor
 from quasar.storage.mapped_file import fsync_dir, offset_to_file_name
 from quasar.storage.read_path import StoreReader
 from quasar.storage.record import (
-    MAX_INT,
-    MAX_TOPIC_LENGTH,
-    PROPERTY_KEYS,
-    PROPERTY_UNIQ_KEY,
-    encode_properties,
     ipv4_host,
 )
 from quasar.storage.recovery import RecoveryResult, recover
 from quasar.storage.reput import ReputMessageService
 from quasar.storage.results import (
     GetResult,
+    PutBatchResult,
     PutResult,
     StoredMessage,
     StoreStatistics,
 )
-from quasar.storage.status import AppendMessageStatus, GetStatus, PutStatus
+from quasar.storage.status import GetStatus, PutStatus
 from quasar.storage.store_flushing import StoreFlushing
+from quasar.storage.write_path import StoreWriter, _QueueWriter
 
 __all__ = [
     "FlushDiskType",
     "GetResult",
     "GetStatus",
     "MessageStore",
+    "PutBatchResult",
     "PutResult",
     "PutStatus",
     "StoreConfig",
@@ -93,12 +87,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_APPEND_TO_PUT = {
-    AppendMessageStatus.MESSAGE_SIZE_EXCEEDED: PutStatus.MESSAGE_ILLEGAL,
-    AppendMessageStatus.PROPERTIES_SIZE_EXCEEDED: PutStatus.PROPERTIES_SIZE_EXCEEDED,
-    AppendMessageStatus.CREATE_MAPPED_FILE_FAILED: PutStatus.CREATE_MAPPED_FILE_FAILED,
-}
-
 
 class _State:
     NEW = "new"
@@ -107,7 +95,7 @@ class _State:
     CLOSED = "closed"
 
 
-class MessageStore(StoreReader, StoreRetention, StoreFlushing):
+class MessageStore(StoreWriter, StoreReader, StoreRetention, StoreFlushing):
     """The RocketMQ-style store: one commit log, consume queues, checkpoint, flush services."""
 
     def __init__(
@@ -170,7 +158,7 @@ class MessageStore(StoreReader, StoreRetention, StoreFlushing):
         self._group_commit: GroupCommitService | None = None
         self._commit_log_flusher: PeriodicFlushService | None = None
         self._consume_queue_flusher: PeriodicFlushService | None = None
-        self._topic_bytes: dict[str, bytes] = {}
+        self._writers: dict[tuple[str, int], _QueueWriter] = {}
         self._dispatch_mark = (0, 0)
         """(commit log offset up to which records are dispatched, consume queue units written so far): one
         tuple, replaced atomically by the loop thread and read by the flush thread."""
@@ -375,164 +363,6 @@ class MessageStore(StoreReader, StoreRetention, StoreFlushing):
         self._last_store_timestamp = max(
             result.last_store_timestamp, checkpoint.physic_msg_timestamp, checkpoint.logics_msg_timestamp
         )
-
-    # -- write path ------------------------------------------------------------------------------------------
-
-    def put(
-        self,
-        topic: str,
-        queue_id: int,
-        body: bytes | bytearray | memoryview,
-        *,
-        properties: Mapping[str, str] | None = None,
-        tag_hash: int = 0,
-        born_timestamp_ms: int | None = None,
-    ) -> PutResult:
-        """Append one record for (topic, queue id) and build its consume queue unit; does not wait for the
-        disk.
-
-        Loop thread only. Returns PUT_OK with the record's commit log offset and queue offset; MESSAGE_ILLEGAL
-        for a bad topic / queue id (0..2^31-1) / body (over ``max_message_size`` bytes or too big for a
-        segment) / property; PROPERTIES_SIZE_EXCEEDED past 32767 encoded property bytes;
-        CREATE_MAPPED_FILE_FAILED; SERVICE_NOT_AVAILABLE after an I/O failure. Raises
-        :class:`StoreClosedError` when not open and :class:`StoreNotWritableError` when a dispatcher fails
-        (the store then refuses writes).
-        """
-        if self._state is not _State.OPEN:
-            raise StoreClosedError(f"the message store is {self._state}")
-        if not self._writable or self.disk_full:
-            if self.disk_full:
-                self.disk_full_refusals += 1
-            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, -1, -1, 0, 0)
-        topic_bytes = self._topic_bytes.get(topic) if type(topic) is str else None
-        if topic_bytes is None:
-            topic_bytes = self._encode_topic(topic)
-            if topic_bytes is None:
-                return PutResult(PutStatus.MESSAGE_ILLEGAL, -1, -1, 0, 0)
-        if type(queue_id) is not int or not 0 <= queue_id <= MAX_INT:
-            return PutResult(PutStatus.MESSAGE_ILLEGAL, -1, -1, 0, 0)
-        if type(body) is memoryview:
-            if body.ndim != 1 or body.itemsize != 1:
-                body = body.cast("B")
-        elif not isinstance(body, bytes | bytearray):
-            return PutResult(PutStatus.MESSAGE_ILLEGAL, -1, -1, 0, 0)
-        if len(body) > self.config.max_message_size or type(tag_hash) is not int:
-            return PutResult(PutStatus.MESSAGE_ILLEGAL, -1, -1, 0, 0)
-        store_timestamp = time.time_ns() // 1_000_000
-        if born_timestamp_ms is None:
-            born_timestamp_ms = store_timestamp
-        elif type(born_timestamp_ms) is not int:
-            return PutResult(PutStatus.MESSAGE_ILLEGAL, -1, -1, 0, 0)
-        try:
-            encoded_properties = encode_properties(properties, tag_hash)
-            queue = self.consume_queues.find_or_create(topic, queue_id)
-            queue_offset = queue.max_offset
-            last_unit_file = queue.mapped_file_queue.last_mapped_file
-            if (
-                last_unit_file is None
-                or last_unit_file.wrote_position + 20 > last_unit_file.reserved_position
-            ):
-                queue.prepare_write()  # a new consume queue file, or more disk blocks, before the append
-            result = self.commit_log.append(
-                topic=topic_bytes,
-                queue_id=queue_id,
-                queue_offset=queue_offset,
-                body=body,
-                properties=encoded_properties,
-                store_timestamp=store_timestamp,
-                born_timestamp=born_timestamp_ms,
-            )
-        except InvalidMessageError:
-            return PutResult(PutStatus.MESSAGE_ILLEGAL, -1, -1, 0, 0)
-        except (DiskFullError, OSError) as exc:  # no space for the record or its unit: nothing was written
-            self.disk_full_refusals += 1
-            log.error("message store: put refused, disk full: %s", exc)
-            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, -1, -1, 0, 0)
-        if result.status is not AppendMessageStatus.PUT_OK:
-            return PutResult(_APPEND_TO_PUT.get(result.status, PutStatus.UNKNOWN_ERROR), -1, -1, 0, 0)
-        try:
-            if len(self.dispatchers) == 1 and self.dispatchers[0] is self._consume_queue_dispatcher:
-                # the common case: only the consume queue is dispatched inline; skip the request object
-                queue.put_unit(queue_offset, result.wrote_offset, result.wrote_bytes, tag_hash)
-            else:
-                request = DispatchRequest(
-                    topic=topic,
-                    queue_id=queue_id,
-                    commit_log_offset=result.wrote_offset,
-                    size=result.wrote_bytes,
-                    tag_hash=tag_hash,
-                    store_timestamp=store_timestamp,
-                    queue_offset=queue_offset,
-                    keys=properties.get(PROPERTY_KEYS, "") if properties else "",
-                    uniq_key=properties.get(PROPERTY_UNIQ_KEY, "") if properties else "",
-                )
-                for dispatcher in self.dispatchers:
-                    dispatcher.dispatch(request)
-        except Exception as exc:
-            self._writable = False
-            raise StoreNotWritableError(
-                f"dispatch of commit log offset {result.wrote_offset} failed; the store refuses writes "
-                f"until reopened (recovery rebuilds the consume queues): {exc!r}"
-            ) from exc
-        self._dispatch_mark = (result.wrote_offset + result.wrote_bytes, self._dispatch_mark[1] + 1)
-        self._last_store_timestamp = store_timestamp
-        return PutResult(
-            PutStatus.PUT_OK, result.wrote_offset, queue_offset, result.wrote_bytes, store_timestamp
-        )
-
-    def _encode_topic(self, topic: object) -> bytes | None:
-        if not isinstance(topic, str) or not topic:
-            return None
-        try:
-            encoded = topic.encode()
-        except UnicodeEncodeError:
-            return None
-        if len(encoded) > MAX_TOPIC_LENGTH:
-            return None
-        self._topic_bytes[topic] = encoded
-        return encoded
-
-    def wait_flushed(self, commit_log_offset_end: int) -> Awaitable[PutStatus]:
-        """A future of PUT_OK once the commit log is durable up to ``commit_log_offset_end`` (bytes).
-
-        SYNC_FLUSH: after the group commit's fdatasync covers it (FLUSH_DISK_TIMEOUT after
-        ``sync_flush_timeout_ms``, UNKNOWN_ERROR if the fdatasync failed); ASYNC_FLUSH: at once. Futures
-        complete in offset order. Loop thread only, after ``start()``; raises :class:`StoreClosedError`
-        otherwise.
-        """
-        self._check_open()
-        loop = self._loop
-        if loop is None:
-            raise StoreClosedError("the message store is not started (await start() first)")
-        if self._group_commit is not None:
-            return self._group_commit.submit(commit_log_offset_end)
-        future: asyncio.Future[PutStatus] = loop.create_future()
-        future.set_result(PutStatus.PUT_OK)
-        return future
-
-    async def put_and_wait(
-        self,
-        topic: str,
-        queue_id: int,
-        body: bytes | bytearray | memoryview,
-        *,
-        properties: Mapping[str, str] | None = None,
-        tag_hash: int = 0,
-        born_timestamp_ms: int | None = None,
-    ) -> PutResult:
-        """:meth:`put`, then :meth:`wait_flushed` of its end; the result carries the flush status."""
-        result = self.put(
-            topic,
-            queue_id,
-            body,
-            properties=properties,
-            tag_hash=tag_hash,
-            born_timestamp_ms=born_timestamp_ms,
-        )
-        if result.status is not PutStatus.PUT_OK:
-            return result
-        status = await self.wait_flushed(result.end_offset)
-        return result if status is PutStatus.PUT_OK else dataclasses.replace(result, status=status)
 
     @property
     def is_open(self) -> bool:

@@ -33,6 +33,10 @@ Property CRC (RocketMQ ``enabledAppendPropCRC``, on by default in Quasar): the p
 covers the body only; this covers the header, topic and properties too, so a record torn in its properties (or
 a lost page under it) fails recovery instead of coming back with damaged fields.
 
+Both CRCs are the zlib CRC-32 polynomial (RocketMQ ``UtilAll.crc32``), computed with ``isal.isal_zlib.crc32``
+(Intel ISA-L: the same values as ``zlib.crc32``, about 7x faster on 1 KiB, which matters because every record
+pays two CRC passes).
+
 End-of-file blank record (``END_FILE_MIN_BLANK_LENGTH = 8``): when a record plus 8 bytes does not fit in the
 bytes left in a segment, only ``[TOTALSIZE = bytes left][BLANK_MAGIC_CODE 0xCBD43194]`` is written and the
 record goes to the next segment. A reader meeting the blank magic moves to the next segment.
@@ -44,10 +48,11 @@ import enum
 import ipaddress
 import mmap
 import struct
-import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
+
+from isal.isal_zlib import crc32
 
 from quasar.storage.errors import CorruptRecordError, InvalidMessageError
 
@@ -89,6 +94,17 @@ PHYSICAL_OFFSET_POSITION = 28
 SYSFLAG_POSITION = 36
 STORE_TIMESTAMP_POSITION = 56
 
+HEADER_PACKED = struct.Struct(">iIi8sqq48si")
+"""The same 88 bytes as :data:`HEADER` for the append hot path, with two runs of fields passed pre-packed:
+TOTALSIZE, MAGICCODE, BODYCRC, [QUEUEID FLAG] (8 bytes, :data:`QUEUE_FLAG`), QUEUEOFFSET, PHYSICALOFFSET,
+[SYSFLAG .. PreparedTransactionOffset] (48 bytes, :data:`HEADER_MIDDLE`), BODY length: 8 values to convert
+instead of 19 (~0.12 µs instead of ~0.25 µs a record)."""
+QUEUE_FLAG = struct.Struct(">ii")
+"""QUEUEID, FLAG (fields 4-5): constant per queue."""
+HEADER_MIDDLE = struct.Struct(">iq4siq4siiq")
+"""SYSFLAG, BORNTIMESTAMP, BORNHOST (address, port), STORETIMESTAMP, STOREHOSTADDRESS (address, port),
+RECONSUMETIMES, PreparedTransactionOffset (fields 8-14, 48 bytes): constant while the timestamps are."""
+
 BLANK = struct.Struct(">iI")
 """The end-of-file record: TOTALSIZE (bytes left in the segment), BLANK_MAGIC_CODE."""
 PREFIX = struct.Struct(">iI")
@@ -113,6 +129,8 @@ PROPERTY_CRC32 = "__CRC32#"
 CRC32_RESERVED_LEN = len(PROPERTY_CRC32) + 1 + 10 + 1
 """RocketMQ ``CRC32_RESERVED_LEN``: ``__CRC32#``, 0x01, 10 decimal digits, 0x02 (20 bytes)."""
 CRC32_TAIL_PREFIX = PROPERTY_CRC32.encode() + b"\x01"
+CRC32_TAIL_FORMAT = CRC32_TAIL_PREFIX + b"%010d\x02"
+"""``CRC32_TAIL_FORMAT % crc`` is the 20-byte reserved property (one bytes formatting, no concatenation)."""
 PROPERTY_TAG_HASH = "TAG_HASH"
 """Quasar's reserved property holding a non-zero consume queue tag hash, so recovery can rebuild the unit."""
 _RESERVED_PROPERTIES = frozenset({PROPERTY_CRC32, PROPERTY_TAG_HASH})
@@ -148,7 +166,7 @@ LOCAL_HOST: HostAddress = (b"\x7f\x00\x00\x01", 0)
 
 def body_crc(body: Buffer) -> int:
     """BODYCRC of a body: ``zlib.crc32(body) & 0x7FFFFFFF`` (RocketMQ ``UtilAll.crc32``)."""
-    return zlib.crc32(body) & 0x7FFFFFFF
+    return crc32(body) & 0x7FFFFFFF
 
 
 def calc_msg_length(body_length: int, topic_length: int, properties_length: int) -> int:
@@ -206,6 +224,27 @@ def decode_properties(raw: Buffer) -> dict[str, str]:
     return result
 
 
+def topic_field(topic: bytes) -> tuple[int, bytes]:
+    """``(MAGICCODE, TOPIC field)`` for an encoded topic: V1 and a 1-byte length up to 127 bytes, else V2 and a
+    2-byte length (fields 2 and 16). Raises :class:`InvalidMessageError` past 32767 bytes."""
+    if len(topic) <= MAX_TOPIC_LENGTH_V1:
+        return MESSAGE_MAGIC_CODE, _U8.pack(len(topic)) + topic
+    if len(topic) <= MAX_TOPIC_LENGTH:
+        return MESSAGE_MAGIC_CODE_V2, _U16.pack(len(topic)) + topic
+    raise InvalidMessageError(f"topic longer than {MAX_TOPIC_LENGTH} bytes: {len(topic)}")
+
+
+def record_tail(topic: bytes, properties: bytes, append_prop_crc: bool) -> bytes:
+    """The bytes after BODY up to the ``__CRC32#`` property: fields 16 and 17 (``topic`` is the
+    :func:`topic_field`), the PROPERTIES length counting the 20 reserved bytes when ``append_prop_crc``. The
+    commit log copies it after each body; per-topic constant when there are no properties. Raises
+    :class:`InvalidMessageError` past 32767 property bytes."""
+    length = len(properties) + (CRC32_RESERVED_LEN if append_prop_crc else 0)
+    if length > MAX_PROPERTIES_LENGTH:
+        raise InvalidMessageError(f"properties longer than {MAX_PROPERTIES_LENGTH} bytes: {length}")
+    return topic + _U16.pack(length) + properties
+
+
 def encode_record_into(
     buf: Buffer,
     pos: int,
@@ -244,7 +283,7 @@ def encode_record_into(
             pos,
             total,
             MESSAGE_MAGIC_CODE if topic_length <= MAX_TOPIC_LENGTH_V1 else MESSAGE_MAGIC_CODE_V2,
-            zlib.crc32(body) & 0x7FFFFFFF,
+            crc32(body) & 0x7FFFFFFF,
             queue_id,
             flag,
             queue_offset,
@@ -279,8 +318,8 @@ def encode_record_into(
     mv[p : p + len(properties)] = properties
     if append_prop_crc:
         p += len(properties)
-        crc = zlib.crc32(mv[pos:p]) & 0x7FFFFFFF
-        mv[p : p + CRC32_RESERVED_LEN] = b"%s%010d\x02" % (CRC32_TAIL_PREFIX, crc)
+        crc = crc32(mv[pos:p]) & 0x7FFFFFFF
+        mv[p : p + CRC32_RESERVED_LEN] = CRC32_TAIL_FORMAT % crc
     return total
 
 
@@ -407,13 +446,13 @@ def check_record(
         return RecordCheck(CheckStatus.LENGTH_MISMATCH, 0)
     if check_crc:
         body_start = pos + BODY_POSITION
-        if zlib.crc32(buf[body_start : body_start + body_length]) & 0x7FFFFFFF != header[H_BODY_CRC]:
+        if crc32(buf[body_start : body_start + body_length]) & 0x7FFFFFFF != header[H_BODY_CRC]:
             return RecordCheck(CheckStatus.CRC_MISMATCH, 0)
         stored = properties_crc_tail(buf, end - properties_length, end)
         if stored is None:
             if require_prop_crc:
                 return RecordCheck(CheckStatus.CRC_MISMATCH, 0)
-        elif zlib.crc32(buf[pos : end - CRC32_RESERVED_LEN]) & 0x7FFFFFFF != stored:
+        elif crc32(buf[pos : end - CRC32_RESERVED_LEN]) & 0x7FFFFFFF != stored:
             return RecordCheck(CheckStatus.CRC_MISMATCH, 0)
     return RecordCheck(CheckStatus.VALID, total)
 

@@ -5,8 +5,10 @@ path's record decoder, which builds a :class:`StoredMessage` from the mapped com
 from __future__ import annotations
 
 import functools
-import zlib
 from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from isal.isal_zlib import crc32
 
 from quasar.storage.errors import CorruptRecordError
 from quasar.storage.record import (
@@ -30,12 +32,13 @@ from quasar.storage.record import (
 from quasar.storage.status import GetStatus, PutStatus
 
 
-@dataclass(frozen=True, slots=True)
-class PutResult:
+class PutResult(NamedTuple):
     """Outcome of :meth:`MessageStore.put` (RocketMQ ``PutMessageResult``).
 
     ``commit_log_offset`` (bytes) and ``queue_offset`` (a count) are -1 and ``wrote_bytes`` 0 when nothing was
-    written. ``store_timestamp`` is ms since the epoch. Pass :attr:`end_offset` to ``wait_flushed``.
+    written. ``store_timestamp`` is ms since the epoch. Pass :attr:`end_offset` to ``wait_flushed``. A named
+    tuple (immutable, ``_replace`` for a changed copy): built on every put, where a frozen dataclass's
+    ``__init__`` alone cost ~0.5 µs.
     """
 
     status: PutStatus
@@ -52,6 +55,53 @@ class PutResult:
     def end_offset(self) -> int:
         """Commit log offset just past the record."""
         return self.commit_log_offset + self.wrote_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class PutBatchResult:
+    """Outcome of :meth:`MessageStore.put_batch` (RocketMQ ``PutMessageResult`` of a ``MessageExtBatch``:
+    ``wroteOffset``, ``wroteBytes``, ``msgNum``, ``logicsOffset``), with every record's offset.
+
+    Record *i* (of ``count``) has queue offset ``queue_offset + i`` and commit log offset
+    ``commit_log_offsets[i]`` (bytes); the records are contiguous, so it ends where record *i + 1* starts and
+    the last one at :attr:`end_offset`. ``wrote_bytes`` is the whole batch's size. When nothing was written:
+    offsets -1, ``wrote_bytes`` 0, ``count`` 0 and no offsets. :meth:`results` gives one :class:`PutResult`
+    per record, as ``put`` would have returned.
+    """
+
+    status: PutStatus
+    commit_log_offset: int
+    queue_offset: int
+    wrote_bytes: int
+    store_timestamp: int
+    commit_log_offsets: tuple[int, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.status is PutStatus.PUT_OK
+
+    @property
+    def count(self) -> int:
+        """Records written."""
+        return len(self.commit_log_offsets)
+
+    @property
+    def end_offset(self) -> int:
+        """Commit log offset just past the last record (pass it to ``wait_flushed``)."""
+        return self.commit_log_offset + self.wrote_bytes
+
+    @property
+    def queue_offsets(self) -> range:
+        return range(self.queue_offset, self.queue_offset + self.count)
+
+    def results(self) -> list[PutResult]:
+        """One :class:`PutResult` per record (empty when nothing was written)."""
+        offsets = self.commit_log_offsets
+        ends = (*offsets[1:], self.end_offset)
+        return [
+            PutResult(self.status, offset, self.queue_offset + i, end - offset, self.store_timestamp)
+            for i, (offset, end) in enumerate(zip(offsets, ends, strict=True))
+        ]
 
 
 @dataclass(frozen=True)
@@ -148,7 +198,7 @@ def decode_stored_message(
         )
     body_start = position + BODY_POSITION
     body_end = body_start + header[H_BODY_LENGTH]
-    if check_crc and zlib.crc32(buffer[body_start:body_end]) & 0x7FFFFFFF != header[H_BODY_CRC]:
+    if check_crc and crc32(buffer[body_start:body_end]) & 0x7FFFFFFF != header[H_BODY_CRC]:
         raise CorruptRecordError(
             f"body CRC mismatch in the record at commit log offset {commit_log_offset}",
             offset=commit_log_offset,
