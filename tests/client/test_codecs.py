@@ -110,7 +110,7 @@ def test_murmur3_32_matches_reference_vectors():
 def test_router_keyed_messages_use_the_hash():
     router = MessageRouter(ProducerConfig(hashing_scheme=HashingScheme.Murmur3_32Hash))
     assert router.choose(None, "hello", 7) == murmur3_32_hash("hello") % 7
-    java = MessageRouter(ProducerConfig())
+    java = MessageRouter(ProducerConfig(hashing_scheme=HashingScheme.JavaStringHash))
     assert java.choose(None, "hello", 7) == 99162322 % 7
 
 

@@ -139,7 +139,7 @@ class BatchAcker:
     """Tracks which items of delivered batches are still unacked (C++ ``BatchMessageAcker``)."""
 
     def __init__(self) -> None:
-        self._unacked: dict[EntryKey, tuple[int, int]] = {}  # entry -> (bitmap of unacked items, batch size)
+        self._unacked: dict[EntryKey, list[int]] = {}  # entry -> [bitmap of unacked items, batch size]
 
     def __len__(self) -> int:
         return len(self._unacked)
@@ -147,20 +147,33 @@ class BatchAcker:
     def track(self, entry: EntryKey, size: int, unacked: int | None = None) -> None:
         """Start tracking a delivered batch of ``size`` items (``unacked`` bitmap, default all)."""
         if entry not in self._unacked:
-            self._unacked[entry] = ((1 << size) - 1 if unacked is None else unacked, size)
+            self._unacked[entry] = [(1 << size) - 1 if unacked is None else unacked, size]
 
     def ack(self, entry: EntryKey, index: int) -> tuple[bool, int, int]:
         """Mark item ``index`` acked. Returns ``(entry_complete, remaining_bitmap, size)``."""
         state = self._unacked.get(entry)
         if state is None:
             return True, 0, 0
-        bitmap, size = state
-        bitmap &= ~(1 << index)
-        if bitmap == 0:
+        remaining = self.ack_index(entry, index)
+        return remaining == 0, remaining, state[1]
+
+    def ack_index(self, entry: EntryKey, index: int) -> int:
+        """:meth:`ack` for the consumer's hot path: returns only the bitmap of items still unacked, 0 when the
+        entry is complete (or not tracked: a whole entry)."""
+        state = self._unacked.get(entry)
+        if state is None:
+            return 0
+        bitmap = state[0] & ~(1 << index)
+        if bitmap:
+            state[0] = bitmap
+        else:
             del self._unacked[entry]
-            return True, 0, size
-        self._unacked[entry] = (bitmap, size)
-        return False, bitmap, size
+        return bitmap
+
+    def size(self, entry: EntryKey) -> int:
+        """Items of the tracked batch at ``entry`` (0 when not tracked)."""
+        state = self._unacked.get(entry)
+        return 0 if state is None else state[1]
 
     def ack_up_to(self, entry: EntryKey, index: int) -> tuple[bool, int, int]:
         """Mark items ``0..index`` acked (cumulative). Returns ``(entry_complete, remaining_bitmap, size)``."""
@@ -172,7 +185,7 @@ class BatchAcker:
         if bitmap == 0:
             del self._unacked[entry]
             return True, 0, size
-        self._unacked[entry] = (bitmap, size)
+        state[0] = bitmap
         return False, bitmap, size
 
     def forget(self, entry: EntryKey) -> None:

@@ -14,9 +14,9 @@ layout of reference/pulsar-protocol.md §7.2 (``[u32 size][SingleMessageMetadata
 
 from __future__ import annotations
 
-import asyncio
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 from google.protobuf.message import DecodeError
 
@@ -37,7 +37,8 @@ class BuiltBatch:
     Attributes:
         payload: uncompressed batch payload bytes. num_messages: items.
         sequence_id / highest_sequence_id: first and last item's sequence ids.
-        futures: one per item, in order (resolved with the item's MessageId).
+        waiters: one per item, in order: None, an asyncio Future or a ``callback(error, message_id)``
+            (see :mod:`quasar.client.op_send`).
         first: the first item (its partition key goes into the entry metadata, as the C++ producer).
     """
 
@@ -45,8 +46,12 @@ class BuiltBatch:
     num_messages: int
     sequence_id: int
     highest_sequence_id: int
-    futures: list[asyncio.Future[object] | None]
+    waiters: list[Any]
     first: OutgoingMessage
+
+
+PLAIN = OutgoingMessage(b"")
+"""Stands for a message given as bare payload bytes (no key, properties or times) as the batch's first item."""
 
 
 class BatchMessageContainer:
@@ -60,8 +65,8 @@ class BatchMessageContainer:
 
     __slots__ = (
         "_first",
-        "_futures",
         "_parts",
+        "_waiters",
         "current_bytes",
         "highest_sequence_id",
         "max_bytes",
@@ -69,17 +74,19 @@ class BatchMessageContainer:
         "max_messages",
         "num_messages",
         "sequence_id",
+        "size_limit",
     )  # fmt: skip
 
     def __init__(self, max_messages: int, max_bytes: int, max_message_size: int) -> None:
         self.max_messages = max_messages
         self.max_bytes = max_bytes
         self.max_message_size = max_message_size
+        self.size_limit = max_message_size if max_bytes <= 0 else max_bytes
         self._reset()
 
     def _reset(self) -> None:
         self._parts: list[bytes] = []
-        self._futures: list[asyncio.Future[object] | None] = []
+        self._waiters: list[Any] = []
         self._first: OutgoingMessage | None = None
         self.num_messages = 0
         self.current_bytes = 0
@@ -93,12 +100,15 @@ class BatchMessageContainer:
 
     def has_enough_space(self, size: int) -> bool:
         """Seed 000 ``haveEnoughSpace`` for a message of ``size`` payload bytes."""
-        total = size + self.current_bytes
-        fits = total <= (self.max_message_size if self.max_bytes <= 0 else self.max_bytes)
-        return fits and (self.max_messages <= 0 or self.num_messages < self.max_messages)
+        return size + self.current_bytes <= self.size_limit and (
+            self.max_messages <= 0 or self.num_messages < self.max_messages
+        )
 
-    def add(self, message: OutgoingMessage, sequence_id: int, future: asyncio.Future[object] | None) -> bool:
-        """Append a message; returns True when the batch is now full and should be sent."""
+    def add(self, message: OutgoingMessage, sequence_id: int, waiter: Any) -> bool:
+        """Append a message; returns True when the batch is now full and should be sent.
+
+        ``waiter``: None, an asyncio Future or a ``callback(error, message_id)``, handed back by :meth:`build`.
+        """
         payload = message.payload
         if (
             message.properties is None
@@ -106,21 +116,17 @@ class BatchMessageContainer:
             and message.event_timestamp is None
             and message.ordering_key is None
         ):
-            single = b"\x18" + _varint(len(payload)) + b"\x40" + _varint(sequence_id)
-        else:
-            single = encode_single_metadata(
-                len(payload),
-                sequence_id,
-                properties=message.properties,
-                partition_key=message.partition_key,
-                event_time=message.event_timestamp,
-                ordering_key=message.ordering_key,
-            )
-        parts = self._parts
-        parts.append(_U32.pack(len(single)))
-        parts.append(single)
-        parts.append(payload)
-        self._futures.append(future)
+            return self.add_plain(payload, sequence_id, waiter, True)  # type: ignore[return-value]
+        single = encode_single_metadata(
+            len(payload),
+            sequence_id,
+            properties=message.properties,
+            partition_key=message.partition_key,
+            event_time=message.event_timestamp,
+            ordering_key=message.ordering_key,
+        )
+        self._parts += (_U32.pack(len(single)), single, payload)
+        self._waiters.append(waiter)
         if self._first is None:
             self._first = message
             self.sequence_id = sequence_id
@@ -130,6 +136,43 @@ class BatchMessageContainer:
         return (self.max_messages > 0 and self.num_messages >= self.max_messages) or (
             self.max_bytes > 0 and self.current_bytes >= self.max_bytes
         )
+
+    def add_plain(self, payload: bytes, sequence_id: int, waiter: Any, force: bool = False) -> bool | None:
+        """:meth:`add` of a message that is only payload bytes (its SingleMessageMetadata holds only
+        ``payload_size`` and ``sequence_id``), with the room check included.
+
+        Returns:
+            None (nothing added) when the batch is not empty and has no room for it (``has_enough_space``),
+            unless ``force``; else True when the batch is now full, False otherwise.
+        """
+        size = len(payload)
+        count = self.num_messages
+        if (
+            count
+            and not force
+            and (self.current_bytes + size > self.size_limit or 0 < self.max_messages <= count)
+        ):
+            return None
+        head = _PLAIN_HEADS.get(size)
+        if head is None:
+            head = _plain_head(size)
+        if sequence_id < 0x80:
+            sid = _BYTES[sequence_id]
+        elif sequence_id < 0x4000:
+            sid = bytes((sequence_id & 0x7F | 0x80, sequence_id >> 7))
+        elif sequence_id < 0x200000:
+            sid = bytes((sequence_id & 0x7F | 0x80, (sequence_id >> 7) & 0x7F | 0x80, sequence_id >> 14))
+        else:
+            sid = _varint(sequence_id)
+        self._parts += (head[len(sid)], sid, payload)
+        self._waiters.append(waiter)
+        if self._first is None:
+            self._first = PLAIN
+            self.sequence_id = sequence_id
+        self.highest_sequence_id = sequence_id
+        self.num_messages = count = count + 1
+        self.current_bytes = total = self.current_bytes + size
+        return (0 < self.max_messages <= count) or (0 < self.max_bytes <= total)
 
     def build(self) -> BuiltBatch:
         """Close the batch and return it; the container is empty afterwards.
@@ -144,28 +187,47 @@ class BatchMessageContainer:
             self.num_messages,
             self.sequence_id,
             self.highest_sequence_id,
-            self._futures,
+            self._waiters,
             self._first,
         )
         self._reset()
         return built
 
-    def discard(self) -> list[asyncio.Future[object] | None]:
-        """Empty the container; returns the futures of the dropped messages (to fail them)."""
-        futures = self._futures
+    def discard(self) -> list[Any]:
+        """Empty the container; returns the waiters of the dropped messages (to fail them)."""
+        waiters = self._waiters
         self._reset()
-        return futures
+        return waiters
 
 
 def _varint(value: int) -> bytes:
     if value < 0x80:
-        return bytes((value,))
+        return _BYTES[value]
+    if value < 0x4000:
+        return bytes((value & 0x7F | 0x80, value >> 7))
+    if value < 0x200000:
+        return bytes((value & 0x7F | 0x80, (value >> 7) & 0x7F | 0x80, value >> 14))
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
         value >>= 7
     out.append(value)
     return bytes(out)
+
+
+_BYTES = [bytes((i,)) for i in range(0x80)]
+_PLAIN_HEADS: dict[int, list[bytes]] = {}
+_PLAIN_HEADS_MAX = 1024  # distinct payload sizes remembered
+
+
+def _plain_head(size: int) -> list[bytes]:
+    """``[u32 metadata size][0x18 payload_size varint][0x40]`` for a plain item of ``size`` bytes, indexed by
+    the length of the sequence id varint that follows (1..10 bytes)."""
+    middle = b"\x18" + _varint(size) + b"\x40"
+    heads = [b""] + [_U32.pack(len(middle) + n) + middle for n in range(1, 11)]
+    if len(_PLAIN_HEADS) < _PLAIN_HEADS_MAX:
+        _PLAIN_HEADS[size] = heads
+    return heads
 
 
 _parse_single = pb.SingleMessageMetadata.FromString

@@ -56,9 +56,11 @@ class PartitionsRoutingMode(enum.IntEnum):
 
 
 class HashingScheme(enum.IntEnum):
-    """Hash of the partition key (``pulsar.HashingScheme``). The C++ default BoostHash is not offered: its
-    value depends on the Boost version; JavaStringHash (Java's default) is ours."""
+    """Hash of the partition key (C++ ``ProducerConfiguration::HashingScheme``, same names and values).
+    BoostHash is the C++ client's default and the only scheme of the official Python client (pulsar-client
+    3.13 has no ``hashing_scheme`` option); JavaStringHash is the Java client's. See :mod:`quasar.client.routing`."""
 
+    BoostHash = 0
     JavaStringHash = 1
     Murmur3_32Hash = 2
 
@@ -171,10 +173,15 @@ class ProducerConfig:
         batching_max_publish_delay_ms: 10 (C++; Java uses 1).
         chunking_enabled: split messages above the broker's max_message_size; exclusive with batching.
         chunk_max_message_size: bytes per chunk; None = the broker's max_message_size.
-        message_routing_mode / hashing_scheme / message_router: partition choice, see ``routing.py``.
+        message_routing_mode / hashing_scheme / message_router: partition choice, see ``routing.py``;
+            hashing_scheme defaults to BoostHash, as the official Python/C++ client.
         properties: producer metadata sent in PRODUCER.
         partition_switch_frequency_by_publish_delay: RoundRobinDistribution with batching stays on one
-            partition for this many publish delays (Java ``batchingPartitionSwitchFrequencyByPublishDelay``, 10).
+            partition at most this many publish delays (Java ``batchingPartitionSwitchFrequencyByPublishDelay``,
+            10); it moves on sooner once a batch's worth of messages went there (C++), see ``routing.py``.
+        initial_subscription_name: a durable subscription the broker creates on the topic (at Earliest) when
+            the producer connects (``CommandProducer.initial_subscription_name``; Java
+            ``ProducerBuilderImpl.initialSubscriptionName``, used by the dead-letter producer).
     """
 
     producer_name: str | None = None
@@ -190,13 +197,15 @@ class ProducerConfig:
     chunking_enabled: bool = False
     chunk_max_message_size: int | None = None
     message_routing_mode: PartitionsRoutingMode = PartitionsRoutingMode.RoundRobinDistribution
-    hashing_scheme: HashingScheme = HashingScheme.JavaStringHash
+    hashing_scheme: HashingScheme = HashingScheme.BoostHash
     message_router: Callable[[Any, int], int] | None = None
     properties: Mapping[str, str] | None = None
     partition_switch_frequency_by_publish_delay: int = 10
+    initial_subscription_name: str | None = None
 
     def __post_init__(self) -> None:
         _check_optional_str("producer_name", self.producer_name)
+        _check_optional_str("initial_subscription_name", self.initial_subscription_name)
         if self.initial_sequence_id is not None:
             _check_int("initial_sequence_id", self.initial_sequence_id, -1)
         _check_int("send_timeout_millis", self.send_timeout_millis, 0)

@@ -5,6 +5,10 @@
 * MESSAGE: checksum (a bad one is acked with ``validation_error=ChecksumMismatch`` and dropped, as the C++
   client), decompression, batch unpacking (items whose ``ack_set`` bit is clear are skipped), start-id filter
   (readers and after ``seek``), duplicates of acked ids dropped, chunk reassembly.
+* Hot path (one entry -> many messages): the entry's shared facts go in one :class:`ReceivedEntry`; batch
+  items are cut by :func:`unpack_batch` straight from the frame's bytes (their metadata parsed only when an
+  accessor needs it, ids built on demand); duplicate filtering is decided once per entry when it can be; the
+  whole entry is queued in one step.
 * Acks go through :class:`AckGroupingTracker` (flushed every ``acknowledgements_group_time_ms``) and
   :class:`BatchAcker`; negative acks through :class:`NegativeAcksTracker`; ack timeout through
   :class:`UnackedMessageTracker`; the dead-letter policy is in :mod:`quasar.client.dead_letter`.
@@ -18,6 +22,7 @@ import asyncio
 import logging
 import secrets
 import time
+from collections.abc import Callable
 from typing import Any
 
 from quasar.protocol import (
@@ -32,7 +37,6 @@ from quasar.protocol import (
 )
 
 from .ack_grouping import AckGroupingTracker, BatchAcker
-from .batch import split_batch
 from .chunking import ChunkAssembler
 from .client_cnx import ClientCnx
 from .config import ConsumerConfig, ConsumerType
@@ -41,7 +45,7 @@ from .consumer_acks import ConsumerAcks
 from .consumer_base import ConsumerBase
 from .dead_letter import DeadLetterHandler
 from .errors import AlreadyClosedError, ClientError, InvalidMessageError
-from .message import Message
+from .message import Message, ReceivedEntry, unpack_batch
 from .negative_acks import NegativeAcksTracker, UnackedMessageTracker
 from .op_send import message_id as _message_id
 
@@ -57,6 +61,10 @@ _DECOMPRESSION_ERROR = 1
 
 def _int64(value: int) -> int:
     return value - _U64 if value > INT64_MAX else value
+
+
+def _skip_all(index: int) -> bool:
+    return False
 
 
 class Consumer(ConsumerAcks, ConsumerBase):
@@ -115,6 +123,8 @@ class Consumer(ConsumerAcks, ConsumerBase):
         self._shared = config.consumer_type in (ConsumerType.Shared, ConsumerType.KeyShared)
         queue_size = config.receiver_queue_size
         self._refill_threshold = max(1, queue_size // 2)
+        #: hand-out only counts a permit: durable, no ack timeout, a receiver queue
+        self._plain_hand_out = durable and self._unacked is None and queue_size > 0
 
     # ------------------------------------------------------------------------------ subscribe --
 
@@ -239,97 +249,85 @@ class Consumer(ConsumerAcks, ConsumerBase):
                 self._discard((ledger_id, entry_id), _DECOMPRESSION_ERROR)
                 return
         redelivery_count = cmd.redelivery_count
-        properties = {kv.key: kv.value for kv in metadata.properties} if metadata.properties else {}
-        delivered: list[Message] = []
+        count = metadata.num_messages_in_batch if is_batch else 0
+        entry = ReceivedEntry(
+            ledger_id, entry_id, partition, count, self.topic, metadata, redelivery_count, self
+        )
         if is_batch:
-            count = metadata.num_messages_in_batch
-            try:
-                items = split_batch(payload, count)
-            except InvalidMessageError as exc:
-                log.warning("bad batch on %s %d:%d: %s", self.topic, ledger_id, entry_id, exc)
-                self._discard((ledger_id, entry_id), _BATCH_DESERIALIZE_ERROR)
-                return
             unacked = None
             if cmd.ack_set:
                 unacked = 0
                 for word_index, word in enumerate(cmd.ack_set):
                     unacked |= (word & 0xFFFFFFFFFFFFFFFF) << (64 * word_index)
-            skipped = 0
-            # filter only when a start id is set or acks could make an item a duplicate (seed 001 isDuplicate)
-            check = self._start_message_id is not None or self._last_dequeued is not None or self._acks.active
-            for index, (single, item) in enumerate(items):
-                message_id = _message_id(ledger_id, entry_id, partition, index, count)
-                if (unacked is not None and not (unacked >> index) & 1) or (
-                    check and self._filtered(message_id)
-                ):
-                    skipped += 1
-                    continue
-                delivered.append(
-                    Message(
-                        item,
-                        message_id,
-                        self.topic,
-                        properties={kv.key: kv.value for kv in single.properties}
-                        if single.properties
-                        else {},
-                        partition_key=single.partition_key if single.HasField("partition_key") else None,
-                        ordering_key=single.ordering_key if single.HasField("ordering_key") else None,
-                        publish_timestamp=metadata.publish_time,
-                        event_timestamp=single.event_time,
-                        redelivery_count=redelivery_count,
-                        producer_name=metadata.producer_name,
-                        sequence_id=single.sequence_id
-                        if single.HasField("sequence_id")
-                        else metadata.sequence_id + index,
-                        schema_version=metadata.schema_version,
-                        consumer=self,
-                    )
-                )
+            keep = self._batch_filter(ledger_id, entry_id, unacked)
+            offset = 0
+            if isinstance(payload, memoryview):  # the rest of the frame's bytes: read those, no copy
+                whole = payload.obj
+                offset = len(whole) - payload.nbytes if isinstance(whole, bytes) else -1
+                if offset >= 0 and whole[offset : offset + 16] == payload[:16]:
+                    payload = whole
+                else:
+                    offset = 0
+                    payload = bytes(payload)
+            try:
+                delivered, skipped = unpack_batch(payload, entry, keep, offset)
+            except InvalidMessageError as exc:
+                log.warning("bad batch on %s %d:%d: %s", self.topic, ledger_id, entry_id, exc)
+                self._discard((ledger_id, entry_id), _BATCH_DESERIALIZE_ERROR)
+                return
             if delivered:
-                self._batch_acker.track((ledger_id, entry_id), count, unacked)
+                self._batch_acker.track(entry.key, count, unacked)
             if skipped:
                 self._increase_permits(skipped)
         else:
-            message_id = chunk_ids[-1] if chunk_ids else _message_id(ledger_id, entry_id, partition)
-            if self._filtered(message_id):
+            if self._filtered(ledger_id, entry_id, -1):
                 self._increase_permits(1)
                 return
+            message = Message(payload if isinstance(payload, bytes) else bytes(payload), entry)
             if chunk_ids:
-                self._chunk_ids[message_id] = chunk_ids
-            delivered.append(
-                Message(
-                    payload if isinstance(payload, bytes) else bytes(payload),
-                    message_id,
-                    self.topic,
-                    properties=properties,
-                    partition_key=metadata.partition_key if metadata.HasField("partition_key") else None,
-                    ordering_key=metadata.ordering_key if metadata.HasField("ordering_key") else None,
-                    publish_timestamp=metadata.publish_time,
-                    event_timestamp=metadata.event_time,
-                    redelivery_count=redelivery_count,
-                    producer_name=metadata.producer_name,
-                    sequence_id=metadata.sequence_id,
-                    schema_version=metadata.schema_version,
-                    consumer=self,
-                )
-            )
+                self._chunk_ids[message.message_id()] = chunk_ids
+            delivered = [message]
         if self._dead_letter is not None and self._dead_letter.remember(delivered, redelivery_count):
             return
-        sink = self._sink
-        for message in delivered:
-            sink._enqueue(message)
+        self._sink._enqueue_many(delivered)
 
-    def _filtered(self, message_id: MessageId) -> bool:
+    def _batch_filter(
+        self, ledger_id: int, entry_id: int, unacked: int | None
+    ) -> Callable[[int], bool] | None:
+        """``keep(index)`` for the items of a batch, or None when all are kept: items whose ``ack_set`` bit is
+        clear are dropped, and (seed 001 isDuplicate) items before the start id or already acked. Whether an
+        item is a duplicate is decided once per entry unless the entry reaches the last cumulative ack."""
+        per_item = (self._last_dequeued or self._start_message_id) is not None
+        acks = self._acks
+        if not per_item and acks.active:
+            cumulative = acks.last_cumulative
+            if cumulative is None or (ledger_id, entry_id) > cumulative[:2]:
+                if acks.is_duplicate(ledger_id, entry_id):
+                    return _skip_all
+            else:
+                per_item = True
+        if not per_item and unacked is None:
+            return None
+        filtered = self._filtered
+
+        def keep(index: int) -> bool:
+            if unacked is not None and not (unacked >> index) & 1:
+                return False
+            return not per_item or not filtered(ledger_id, entry_id, index)
+
+        return keep
+
+    def _filtered(self, ledger_id: int, entry_id: int, batch_index: int) -> bool:
         start = self._last_dequeued or self._start_message_id
         if start is not None and start != EARLIEST and start.ledger_id >= 0:
-            key = (message_id.ledger_id, message_id.entry_id, message_id.batch_index)
+            key = (ledger_id, entry_id, batch_index)
             start_key = (start.ledger_id, start.entry_id, start.batch_index)
             inclusive = self._start_inclusive and self._last_dequeued is None
             if key < start_key or (key == start_key and not inclusive):
                 return True
             if start.batch_index < 0 and key[:2] == start_key[:2] and not inclusive:
                 return True
-        return self._acks.is_duplicate(message_id.ledger_id, message_id.entry_id, message_id.batch_index)
+        return self._acks.is_duplicate(ledger_id, entry_id, batch_index)
 
     def _discard(self, entry: tuple[int, int], validation_error: int) -> None:
         cnx = self._cnx
@@ -345,12 +343,26 @@ class Consumer(ConsumerAcks, ConsumerBase):
         self._increase_permits(len(ids))
 
     def _on_handed_out(self, message: Message) -> None:
-        message_id = message._message_id
+        if self._plain_hand_out:
+            permits = self._permits + 1
+            if permits >= self._refill_threshold:
+                self._increase_permits(1)
+            else:
+                self._permits = permits
+            return
         if not self._durable:
-            self._last_dequeued = message_id
+            self._last_dequeued = message.message_id()
         if self._unacked is not None:
-            self._unacked.add((message_id.ledger_id, message_id.entry_id))
+            self._unacked.add(message._entry.key)
         self._increase_permits(1)
+
+    def _on_handed_out_many(self, messages: list[Message]) -> None:
+        """:meth:`_on_handed_out` for several messages of this consumer, in order."""
+        if self._plain_hand_out:
+            self._increase_permits(len(messages))
+            return
+        for message in messages:
+            self._on_handed_out(message)
 
     def _increase_permits(self, count: int) -> None:
         if self.config.receiver_queue_size == 0:

@@ -34,6 +34,7 @@ class ConsumerAcks:
         _ack_timer: asyncio.TimerHandle | None
         _dead_letter: Any
         _shared: bool
+        _state: str
         _cnx: Any
         _ready: asyncio.Event
         _loop: asyncio.AbstractEventLoop
@@ -64,19 +65,27 @@ class ConsumerAcks:
 
     def acknowledge_nowait(self, message: Message | MessageId) -> None:
         """:meth:`acknowledge` without waiting for a receipt (callable from the event loop thread only)."""
-        message_id = self._message_id(message)
-        self._check_open()
+        if message.__class__ is Message:
+            entry = message._entry.key  # type: ignore[union-attr]
+            index = message._index  # type: ignore[union-attr]
+        else:
+            message_id = self._message_id(message)
+            entry = (message_id.ledger_id, message_id.entry_id)
+            index = message_id.batch_index
+        if self._state in ("closing", "closed"):
+            self._check_open()
+        acks = self._acks
         flush = False
-        for chunk in self._chunk_ids.pop(message_id, ()):
-            flush |= self._acks.add_individual((chunk.ledger_id, chunk.entry_id))
-        entry = (message_id.ledger_id, message_id.entry_id)
-        complete = True
-        if message_id.batch_index >= 0:
-            complete, bitmap, size = self._batch_acker.ack(entry, message_id.batch_index)
-            if not complete and self.config.batch_index_ack_enabled:
-                flush |= self._acks.add_individual(entry, ack_set_words(bitmap, size))
-        if complete:
-            flush |= self._acks.add_individual(entry)
+        if self._chunk_ids:
+            for chunk in self._chunk_ids.pop(self._message_id(message), ()):
+                flush |= acks.add_individual((chunk.ledger_id, chunk.entry_id))
+        bitmap = self._batch_acker.ack_index(entry, index) if index >= 0 else 0
+        if bitmap:  # items of the batch are still unacked
+            if self.config.batch_index_ack_enabled:
+                size = self._batch_acker.size(entry)
+                flush |= acks.add_individual(entry, ack_set_words(bitmap, size))
+        else:
+            flush |= acks.add_individual(entry)
             if self._unacked is not None:
                 self._unacked.remove(entry)
             self._nacks.remove(entry)
@@ -84,7 +93,7 @@ class ConsumerAcks:
             return
         if flush:
             self._flush_acks()
-        else:
+        elif self._ack_timer is None:
             self._schedule_ack_flush()
 
     async def acknowledge_cumulative(self, message: Message | MessageId) -> None:
@@ -165,7 +174,7 @@ class ConsumerAcks:
         """:meth:`negative_acknowledge` (event loop thread only)."""
         message_id = self._message_id(message)
         self._check_open()
-        redelivery_count = message._redelivery_count if isinstance(message, Message) else 0
+        redelivery_count = message.redelivery_count() if isinstance(message, Message) else 0
         entries = self._chunk_ids.get(message_id) or [message_id]
         for item in entries:
             entry = (item.ledger_id, item.entry_id)

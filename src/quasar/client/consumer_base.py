@@ -1,6 +1,7 @@
 """The receiving side shared by single-topic and multi-topic consumers: the receiver queue and its waiters.
 
-Messages arrive with :meth:`ConsumerBase._enqueue`; ``receive`` pops them in arrival order. When a message is
+Messages arrive with :meth:`ConsumerBase._enqueue_many` (one entry at a time); ``receive`` pops them in
+arrival order, without creating a Future when a message is already queued. When a message is
 handed to the application, its own (single-topic) consumer is told (``_on_handed_out``), which counts a
 flow permit back (refill FLOW at half the receiver queue, reference/pulsar-protocol.md §6.9) and starts the
 ack timeout. A message listener, when configured, replaces ``receive``: one owned task hands each message to
@@ -44,8 +45,11 @@ class ConsumerBase:
     def _on_empty_receive(self) -> None:
         """Hook: a receive found the queue empty (zero-queue consumers send FLOW(1) here)."""
 
-    def _enqueue(self, message: Message) -> None:
-        self._queue.append(message)
+    def _enqueue_many(self, messages: list[Message]) -> None:
+        """Append the messages of one entry in order and wake one waiting ``receive``."""
+        if not messages:
+            return
+        self._queue.extend(messages)
         waiters = self._waiters
         while waiters:
             waiter = waiters.popleft()
@@ -72,15 +76,16 @@ class ConsumerBase:
             TypeError / ValueError: bad ``timeout_millis``. ReceiveTimeoutError: nothing arrived in time.
             AlreadyClosedError: the consumer is (or gets) closed.
         """
-        if timeout_millis is not None:
-            if not isinstance(timeout_millis, int) or isinstance(timeout_millis, bool):
-                raise TypeError(f"timeout_millis must be an int, got {type(timeout_millis).__name__}")
-            if timeout_millis < 0:
-                raise ValueError(f"timeout_millis must be >= 0, got {timeout_millis}")
+        if timeout_millis is not None and (timeout_millis.__class__ is not int or timeout_millis < 0):
+            _check_timeout(timeout_millis)
+        queue = self._queue
+        if queue and self._listener is None and self._state not in ("closing", "closed"):
+            message = queue.popleft()  # fast path: no await when a message is queued
+            message._entry.consumer._on_handed_out(message)
+            return message
         self._check_open()
         if self._listener is not None:
             raise ValueError("receive() cannot be used on a consumer with a message_listener")
-        queue = self._queue
         if queue:
             return self._hand_out(queue.popleft())
         deadline = None if timeout_millis is None else self._loop.time() + timeout_millis / 1000
@@ -158,3 +163,10 @@ class ConsumerBase:
         self._queue.clear()
         self._queue.extend(kept)
         return before - len(kept)
+
+
+def _check_timeout(timeout_millis: object) -> None:
+    if not isinstance(timeout_millis, int) or isinstance(timeout_millis, bool):
+        raise TypeError(f"timeout_millis must be an int, got {type(timeout_millis).__name__}")
+    if timeout_millis < 0:
+        raise ValueError(f"timeout_millis must be >= 0, got {timeout_millis}")

@@ -8,6 +8,11 @@ semantics.md B5 "Dead letter queue").
 * The dead-letter topic defaults to ``<topic>-<subscription>-DLQ`` (``<topic>`` = the partitioned topic's name
   for a partition); the copy keeps payload, key, event time and properties and adds ``REAL_TOPIC`` and
   ``ORIGIN_MESSAGE_ID`` (Java ``RetryMessageUtil``).
+* ``initial_subscription_name`` (Java ``DeadLetterPolicy.initialSubscriptionName``, C++
+  ``DeadLetterPolicy::initialSubscriptionName``): the dead-letter producer is created with
+  ``CommandProducer.initial_subscription_name``, so the broker creates that durable subscription on the
+  dead-letter topic (at Earliest) before the first message is moved: nothing dead-lettered before a consumer
+  of the dead-letter topic subscribes is lost.
 """
 
 from __future__ import annotations
@@ -49,8 +54,7 @@ class DeadLetterHandler:
         beyond the limit and were handed to the dead-letter topic)."""
         if not messages or redelivery_count < self.policy.max_redeliver_count:
             return False
-        first = messages[0]._message_id
-        entry = (first.ledger_id, first.entry_id)
+        entry = messages[0]._entry.key
         self._possible[entry] = messages
         if redelivery_count > self.policy.max_redeliver_count:
             self._consumer._tasks.spawn(self.divert([entry]), name=f"dead-letter {self.topic}")
@@ -72,7 +76,7 @@ class DeadLetterHandler:
                 continue
             try:
                 if self._producer is None:
-                    self._producer = await self._consumer._context.create_producer(self.topic)
+                    self._producer = await self._create_producer()
                 for message in messages:
                     properties = dict(message.properties())
                     properties.setdefault("REAL_TOPIC", message.topic_name())
@@ -83,7 +87,7 @@ class DeadLetterHandler:
                     await self._producer.send(
                         message.data(),
                         properties=properties,
-                        partition_key=message._partition_key,
+                        partition_key=message.partition_key() or None,
                         event_timestamp=message.event_timestamp() or None,
                     )
                 for message in messages:
@@ -93,6 +97,14 @@ class DeadLetterHandler:
                 log.warning("dead-letter publish to %s failed (%s); redelivering instead", self.topic, exc)
                 rest.append(entry)
         return rest
+
+    async def _create_producer(self) -> Any:
+        """The dead-letter producer; with ``initial_subscription_name`` its PRODUCER command carries it."""
+        context = self._consumer._context
+        name = self.policy.initial_subscription_name
+        if name is None:
+            return await context.create_producer(self.topic)
+        return await context.create_producer(self.topic, initial_subscription_name=name)
 
     async def close(self) -> None:
         """Close the dead-letter producer."""

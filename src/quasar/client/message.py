@@ -18,12 +18,25 @@ For 3 items "m0".."m2" this yields ``18 02 40 00`` etc., the bytes the C++ clien
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import struct
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from quasar.protocol import MessageId
+from google.protobuf.message import DecodeError
 
-__all__ = ["Message", "OutgoingMessage", "encode_single_metadata", "encode_varint"]
+from quasar.protocol import MessageId, pb
+
+from .errors import InvalidMessageError
+from .op_send import message_id as _message_id
+
+__all__ = [
+    "Message",
+    "OutgoingMessage",
+    "ReceivedEntry",
+    "encode_single_metadata",
+    "encode_varint",
+    "unpack_batch",
+]
 
 
 def encode_varint(value: int) -> bytes:
@@ -199,55 +212,79 @@ def make_outgoing(
     )  # fmt: skip
 
 
-class Message:
-    """A received message (accessors shaped like ``pulsar.Message``)."""
+class ReceivedEntry:
+    """What the messages of one received entry share (one per MESSAGE frame; the incoming side's own record).
+
+    Attributes:
+        ledger_id, entry_id: the entry's position (signed int64). key: ``(ledger_id, entry_id)``, the key of
+            the ack trackers. partition: partition index, -1 if the topic is not partitioned. batch_size:
+            items of a batched entry, 0 when not batched. topic: full topic (partition) name. metadata: the
+            entry's ``MessageMetadata``. redelivery_count: from CommandMessage. consumer: the single-topic
+            consumer that received it (acks go there).
+    """
 
     __slots__ = (
-        "_consumer",
-        "_data",
-        "_event_timestamp",
-        "_message_id",
-        "_ordering_key",
-        "_partition_key",
-        "_producer_name",
-        "_properties",
-        "_publish_timestamp",
-        "_redelivery_count",
-        "_schema_version",
-        "_sequence_id",
-        "_topic",
+        "batch_size",
+        "consumer",
+        "entry_id",
+        "key",
+        "ledger_id",
+        "metadata",
+        "partition",
+        "redelivery_count",
+        "topic",
     )
 
     def __init__(
         self,
-        data: bytes,
-        message_id: MessageId,
+        ledger_id: int,
+        entry_id: int,
+        partition: int,
+        batch_size: int,
         topic: str,
-        *,
-        properties: dict[str, str],
-        partition_key: str | None,
-        ordering_key: bytes | None,
-        publish_timestamp: int,
-        event_timestamp: int,
+        metadata: Any,
         redelivery_count: int,
-        producer_name: str,
-        sequence_id: int,
-        schema_version: bytes = b"",
-        consumer: Any = None,
+        consumer: Any,
     ) -> None:
+        self.ledger_id = ledger_id
+        self.entry_id = entry_id
+        self.key = (ledger_id, entry_id)
+        self.partition = partition
+        self.batch_size = batch_size
+        self.topic = topic
+        self.metadata = metadata
+        self.redelivery_count = redelivery_count
+        self.consumer = consumer
+
+
+class Message:
+    """A received message (accessors shaped like ``pulsar.Message``).
+
+    Built by the consumer, one per delivered item: ``Message(data, entry, index, single)`` where ``entry`` is
+    the shared :class:`ReceivedEntry`, ``index`` the batch index (-1 when not batched) and ``single`` the
+    item's serialized ``SingleMessageMetadata`` (bytes, parsed on the first accessor that needs it), the parsed
+    message, or None when not batched. The :class:`MessageId` is built on first use and kept.
+    """
+
+    __slots__ = ("_data", "_entry", "_index", "_mid", "_single")
+
+    def __init__(self, data: bytes, entry: ReceivedEntry, index: int = -1, single: Any = None) -> None:
         self._data = data
-        self._message_id = message_id
-        self._topic = topic
-        self._properties = properties
-        self._partition_key = partition_key
-        self._ordering_key = ordering_key
-        self._publish_timestamp = publish_timestamp
-        self._event_timestamp = event_timestamp
-        self._redelivery_count = redelivery_count
-        self._producer_name = producer_name
-        self._sequence_id = sequence_id
-        self._schema_version = schema_version
-        self._consumer = consumer
+        self._entry = entry
+        self._index = index
+        self._single = single  # _mid stays unset until message_id() (one store less per message)
+
+    @property
+    def _consumer(self) -> Any:
+        """The single-topic consumer that received the message (acks go there)."""
+        return self._entry.consumer
+
+    def _single_metadata(self) -> Any:
+        """The item's parsed ``SingleMessageMetadata`` (None when not batched)."""
+        single = self._single
+        if single.__class__ is bytes:
+            single = self._single = _parse_single(single)
+        return single
 
     def data(self) -> bytes:
         """The payload bytes."""
@@ -258,48 +295,136 @@ class Message:
         return self._data
 
     def properties(self) -> dict[str, str]:
-        """User properties."""
-        return self._properties
+        """User properties (a new dict on every call)."""
+        source = self._single_metadata() if self._index >= 0 else self._entry.metadata
+        return {kv.key: kv.value for kv in source.properties} if source.properties else {}
 
     def partition_key(self) -> str:
         """Partition key, ``""`` if none (as ``pulsar.Message``)."""
-        return self._partition_key or ""
+        source = self._single_metadata() if self._index >= 0 else self._entry.metadata
+        return source.partition_key
 
     def ordering_key(self) -> bytes:
         """Ordering key, ``b""`` if none."""
-        return self._ordering_key or b""
+        source = self._single_metadata() if self._index >= 0 else self._entry.metadata
+        return source.ordering_key
 
     def publish_timestamp(self) -> int:
         """Publish time, ms since the epoch (set by the producer)."""
-        return self._publish_timestamp
+        return self._entry.metadata.publish_time
 
     def event_timestamp(self) -> int:
         """Event time in ms, 0 when not set."""
-        return self._event_timestamp
+        source = self._single_metadata() if self._index >= 0 else self._entry.metadata
+        return source.event_time
 
     def message_id(self) -> MessageId:
         """The message id (ledger, entry, partition, batch index)."""
-        return self._message_id
+        try:
+            return self._mid
+        except AttributeError:
+            entry = self._entry
+            index = self._index
+            size = entry.batch_size if index >= 0 else 0
+            mid = self._mid = _message_id(entry.ledger_id, entry.entry_id, entry.partition, index, size)
+            return mid
+
+    @property
+    def _message_id(self) -> MessageId:
+        return self.message_id()
 
     def topic_name(self) -> str:
         """Full name of the topic (partition) it came from."""
-        return self._topic
+        return self._entry.topic
 
     def redelivery_count(self) -> int:
         """How many times the broker redelivered it."""
-        return self._redelivery_count
+        return self._entry.redelivery_count
 
     def producer_name(self) -> str:
         """Name of the producer that published it."""
-        return self._producer_name
+        return self._entry.metadata.producer_name
 
     def sequence_id(self) -> int:
-        """The producer's sequence id of this message."""
-        return self._sequence_id
+        """The producer's sequence id of this message (a batch item without its own: entry's + index)."""
+        index = self._index
+        if index >= 0:
+            single = self._single_metadata()
+            if single.HasField("sequence_id"):
+                return single.sequence_id
+            return self._entry.metadata.sequence_id + index
+        return self._entry.metadata.sequence_id
 
     def schema_version(self) -> bytes:
         """Schema version from the metadata (``b""`` when none)."""
-        return self._schema_version
+        return self._entry.metadata.schema_version
 
     def __repr__(self) -> str:
-        return f"Message(id={self._message_id}, topic={self._topic!r}, {len(self._data)} bytes)"
+        return f"Message(id={self.message_id()}, topic={self._entry.topic!r}, {len(self._data)} bytes)"
+
+
+_parse_single = pb.SingleMessageMetadata.FromString
+_unpack_u32 = struct.Struct(">I").unpack_from
+
+
+def unpack_batch(
+    payload: bytes, entry: ReceivedEntry, keep: Callable[[int], bool] | None = None, offset: int = 0
+) -> tuple[list[Message], int]:
+    """Split an uncompressed batch payload (``[u32 size][SingleMessageMetadata][item]`` x ``entry.batch_size``,
+    reference/pulsar-protocol.md §7.2) into Messages; items for which ``keep(index)`` is False are skipped.
+    The batch is ``payload[offset:]`` (so a frame's buffer is read without copying it first).
+
+    The consumer's hot path. Boundaries are found with a minimal scan: when a metadata is exactly
+    ``18 <payload_size> [40 <sequence_id>]`` (payload_size < 16384; what the C++, Java and Quasar producers
+    write without properties / keys / event time) it is checked and kept as bytes, parsed only if an accessor
+    needs it; any other metadata is parsed with protobuf here.
+
+    Returns:
+        ``(messages, skipped)``.
+
+    Raises:
+        InvalidMessageError: a size runs past the payload, a metadata does not parse, or bytes are left over.
+    """
+    total = len(payload)
+    pos = offset
+    messages: list[Message] = []
+    append = messages.append
+    skipped = 0
+    try:
+        for index in range(entry.batch_size):
+            start = pos + 4
+            end = start + _unpack_u32(payload, pos)[0]
+            single: Any = payload[start:end]
+            length = len(single)
+            size = -1
+            if length > 1 and single[0] == 0x18 and end <= total:
+                byte = single[1]
+                if byte < 0x80:
+                    size, rest = byte, 2
+                elif length > 2 and single[2] < 0x80:
+                    size, rest = (byte & 0x7F) | (single[2] << 7), 3
+                if size >= 0 and rest != length:  # the rest must be exactly "40 <varint>"
+                    tail = length - rest
+                    if (
+                        single[rest] != 0x40
+                        or single[-1] >= 0x80
+                        or tail < 2
+                        or tail > 10  # at most 63 bits: cannot overflow
+                        or (tail > 2 and min(single[rest + 1 : -1]) < 0x80)
+                    ):
+                        size = -1
+            if size < 0:
+                single = _parse_single(single)
+                size = single.payload_size
+            pos = end + size
+            if end > total or pos > total:
+                raise InvalidMessageError(f"batch item runs past the {total}-byte payload")
+            if keep is None or keep(index):
+                append(Message(payload[end:pos], entry, index, single))
+            else:
+                skipped += 1
+    except (struct.error, DecodeError) as exc:
+        raise InvalidMessageError(f"malformed batch payload: {exc}") from None
+    if pos != total:
+        raise InvalidMessageError(f"{total - pos} bytes left over after {entry.batch_size} batch items")
+    return messages, skipped

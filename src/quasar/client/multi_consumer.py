@@ -160,7 +160,9 @@ class MultiTopicsConsumer(ConsumerBase):
         """Acknowledge on the child consumer the message came from."""
         self._check_open()
         child, target = self._child_of(message)
-        await child.acknowledge(target)
+        child.acknowledge_nowait(target)
+        if child.config.ack_receipt_enabled:
+            await child._flush_acks_with_receipt()
 
     async def acknowledge_cumulative(self, message: Message | MessageId) -> None:
         """Cumulative ack on the message's own topic/partition (as Java's multi-topic consumer)."""

@@ -18,6 +18,7 @@ from ._tasks import TaskOwner
 from .config import ProducerConfig
 from .errors import AlreadyClosedError, ClientError
 from .message import OutgoingMessage, make_outgoing
+from .op_send import Future
 from .producer import Producer
 from .routing import MessageRouter
 
@@ -42,6 +43,7 @@ class PartitionedProducer:
         self.producers: list[Producer] = []
         self._num_partitions = num_partitions
         self._closed = False
+        self._loop = asyncio.get_running_loop()
         self._tasks = TaskOwner(f"partitioned producer {self.topic}")
 
     async def _start(self) -> None:
@@ -83,22 +85,28 @@ class PartitionedProducer:
         """Highest sequence id acknowledged on any partition (-1 if none)."""
         return max((p.last_sequence_id for p in self.producers), default=-1)
 
-    def _route(self, content: Any, kwargs: dict[str, Any]) -> tuple[Producer, Any]:
-        if self._closed:
-            raise AlreadyClosedError(f"producer on {self.topic} is closed")
-        message = make_outgoing(content, **kwargs)
-        index = self.router.choose(message, message.partition_key, len(self.producers))
-        return self.producers[index], message
-
     async def send(self, content: Any, **kwargs: Any) -> MessageId:
         """Route and publish one message, wait for its receipt (arguments as :meth:`Producer.send`)."""
         return await (await self.send_async(content, **kwargs))
 
     async def send_async(self, content: Any, **kwargs: Any) -> asyncio.Future[MessageId]:
         """Route and queue one message; waits only for room in that partition's pending queue."""
-        producer, message = self._route(content, kwargs)
-        await producer._acquire()
-        return producer._send_message(message)
+        if self._closed:
+            raise AlreadyClosedError(f"producer on {self.topic} is closed")
+        future: asyncio.Future[MessageId] = Future(loop=self._loop)
+        producers = self.producers
+        if kwargs or content.__class__ is not bytes:
+            message = make_outgoing(content, **kwargs)
+            size = len(message.payload)
+            producer = producers[self.router.choose(message, message.partition_key, len(producers), size)]
+            await producer._acquire()
+            producer._send_message(message, future)
+            return future
+        producer = producers[self.router.choose(content, None, len(producers), len(content))]
+        if not producer._try_admit():
+            await producer._acquire()
+        producer._send_plain(content, future)
+        return future
 
     def send_nowait(self, content: Any, **kwargs: Any) -> asyncio.Future[MessageId]:
         """Route and queue one message without waiting (ProducerQueueIsFullError when full)."""
@@ -108,7 +116,7 @@ class PartitionedProducer:
         """Route and queue an already validated :class:`OutgoingMessage` without waiting."""
         if self._closed:
             raise AlreadyClosedError(f"producer on {self.topic} is closed")
-        index = self.router.choose(message, message.partition_key, len(self.producers))
+        index = self.router.choose(message, message.partition_key, len(self.producers), len(message.payload))
         return self.producers[index].send_message_nowait(message)
 
     async def flush(self) -> None:

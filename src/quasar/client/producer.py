@@ -8,9 +8,13 @@ Follows seed 000 and the Java/C++ ``ProducerImpl`` (reference/pulsar-protocol.md
   sequence id is <= ``last_sequence_id_pushed`` may be a duplicate and goes out in a batch of its own.
 * Each SEND is an :class:`OpSendMsg` in the pending queue. SEND_RECEIPTs arrive in order and are matched to the
   head: a smaller sequence id is stale and ignored, a larger one closes the connection (then everything
-  pending is resent). A batch of n resolves n futures with ``MessageId(ledger, entry, partition, i, n)``.
+  pending is resent). A batch of n completes its n waiters with ``MessageId(ledger, entry, partition, i, n)``.
 * ``max_pending_messages`` counts messages from ``send`` until their receipt; when full, ``send`` waits
   (``block_if_queue_full``) or raises :class:`ProducerQueueIsFullError`.
+* Each message has a *waiter* (:mod:`quasar.client.op_send`): a Future for the asyncio API, the user's callback
+  for the blocking facade (:meth:`Producer.send_with_callback`, no Future per message), or None. A message given
+  as bare bytes takes a short path into the batch (its SingleMessageMetadata is only payload_size and
+  sequence_id, from a pre-built header).
 * ``send_timeout_millis``: when the oldest pending message is older, every pending message fails with
   :class:`SendTimeoutError` (C++ ``handleSendTimeout``).
 * Connection loss or CLOSE_PRODUCER: reconnect with exponential backoff (LOOKUP, PRODUCER with the same
@@ -31,18 +35,13 @@ from typing import Any
 
 from quasar.protocol import (
     INT64_MAX,
-    CompressionType,
     MessageId,
     ServerError,
     commands,
-    compress,
-    encode_headers_and_payload,
-    pb,
 )
 
 from ._tasks import TaskOwner
-from .batch import BatchMessageContainer, BuiltBatch
-from .chunking import split_chunks
+from .batch import BatchMessageContainer
 from .client_cnx import ClientCnx
 from .config import ProducerConfig
 from .connection_pool import retry_until
@@ -50,28 +49,27 @@ from .errors import (
     AlreadyClosedError,
     BrokerResponseError,
     ClientError,
-    MessageTooBigError,
     ProducerQueueIsFullError,
     SendTimeoutError,
 )
 from .message import OutgoingMessage, make_outgoing
-from .op_send import OpSendMsg
+from .op_send import Future, OpSendMsg, complete_waiter, fail_waiter
 from .op_send import message_id as _message_id
+from .producer_encode import ProducerEncoding
 
 __all__ = ["Producer"]
 
 log = logging.getLogger("quasar.client")
 
 _U64 = 1 << 64
-_CRC_AND_SIZE = 10  # [0x0e01 u16][crc u32][metadataSize u32]
-_CHUNK_METADATA_SLACK = 64  # uuid digits and chunk fields beyond the base metadata
+_NOT_OPEN = frozenset({"closing", "closed", "failed"})
 
 
 def _int64(value: int) -> int:
     return value - _U64 if value > INT64_MAX else value
 
 
-class Producer:
+class Producer(ProducerEncoding):
     """Producer of one topic or partition (create it with ``AsyncClient.create_producer``).
 
     Attributes:
@@ -96,12 +94,14 @@ class Producer:
         self._last_potential_duplicate = False
         self._pending: collections.deque[OpSendMsg] = collections.deque()
         self._pending_messages = 0
+        self._max_pending = config.max_pending_messages
+        self.on_release: Any = None  # called (no arguments) when pending messages complete; see sync.py
         self._space_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._batch: BatchMessageContainer | None = None
         self._batch_timer: asyncio.TimerHandle | None = None
         self._tasks = TaskOwner(f"producer {topic}")
         self._schema_version = b""
-        self._flush_waiters: list[asyncio.Future[None]] = []
+        self._flush_waiters: list[tuple[OpSendMsg, asyncio.Future[None]]] = []
         self._created = False
 
     # ------------------------------------------------------------------------------- properties --
@@ -150,6 +150,7 @@ class Producer:
             user_provided_producer_name=self.config.producer_name is not None,
             metadata=self.config.properties,
             epoch=self._epoch,
+            initial_subscription_name=self.config.initial_subscription_name,
         )
         self._epoch += 1
         body = await cnx.request(frame, request_id)
@@ -234,9 +235,23 @@ class Producer:
         Returns:
             A future resolved with the MessageId once the broker acknowledged the message.
         """
-        message = make_outgoing(content, **kwargs)
-        await self._acquire()
-        return self._send_message(message)
+        future: asyncio.Future[MessageId] = Future(loop=self._loop)
+        if kwargs or content.__class__ is not bytes:
+            message = make_outgoing(content, **kwargs)
+            await self._acquire()
+            self._send_message(message, future)
+            return future
+        if not self._try_admit():
+            await self._acquire()
+        self._send_plain(content, future)
+        return future
+
+    def _try_admit(self) -> bool:
+        """Take a pending-queue slot if one is free and the producer is open (else :meth:`_acquire` decides)."""
+        if self._pending_messages < self._max_pending and self._state not in _NOT_OPEN:
+            self._pending_messages += 1
+            return True
+        return False
 
     def send_nowait(self, content: Any, **kwargs: Any) -> asyncio.Future[MessageId]:
         """Queue one message without waiting.
@@ -252,7 +267,34 @@ class Producer:
         if self._pending_messages >= self.config.max_pending_messages:
             raise ProducerQueueIsFullError(f"{self._pending_messages} messages pending on {self.topic}")
         self._pending_messages += 1
-        return self._send_message(message)
+        future: asyncio.Future[MessageId] = Future(loop=self._loop)
+        self._send_message(message, future)
+        return future
+
+    def send_with_callback(self, item: OutgoingMessage | bytes, callback: Any) -> None:
+        """Queue a message whose outcome goes to ``callback(error, message_id)`` (or nowhere if None), with no
+        Future: the blocking facade's ``send_async``. Call on the event loop thread.
+
+        Args:
+            item: an :class:`OutgoingMessage` from ``make_outgoing``, or bare payload bytes.
+            callback: called on the loop thread with ``(None, MessageId)`` after the receipt, or
+                ``(ClientError, None)``: AlreadyClosedError, ProducerQueueIsFullError (queue full and not
+                ``block_if_queue_full``), MessageTooBigError, SendTimeoutError, BrokerResponseError.
+                With ``block_if_queue_full`` the caller is expected to have waited for room (the facade waits in
+                its own thread), so the message is accepted even at the limit.
+        """
+        if self._state in _NOT_OPEN:
+            error: ClientError = AlreadyClosedError(f"producer on {self.topic} is {self._state}")
+        elif self._pending_messages >= self._max_pending and not self.config.block_if_queue_full:
+            error = ProducerQueueIsFullError(f"{self._pending_messages} messages pending on {self.topic}")
+        else:
+            self._pending_messages += 1
+            if item.__class__ is bytes:
+                self._send_plain(item, callback)  # type: ignore[arg-type]
+            else:
+                self._send_message(item, callback)  # type: ignore[arg-type]
+            return
+        fail_waiter(callback, error)
 
     def _check_open(self) -> None:
         if self._state in ("closing", "closed", "failed"):
@@ -279,9 +321,30 @@ class Producer:
             if not waiter.done():
                 waiter.set_result(None)
                 count -= 1
+        if self.on_release is not None:
+            self.on_release()
 
-    def _send_message(self, message: OutgoingMessage) -> asyncio.Future[MessageId]:
-        future: asyncio.Future[MessageId] = self._loop.create_future()
+    def _send_plain(self, payload: bytes, waiter: Any) -> None:
+        """Send bare payload bytes (already admitted to the pending queue)."""
+        batch = self._batch
+        sequence_id = self._sequence_id
+        if (
+            batch is not None
+            and not self._last_potential_duplicate
+            and sequence_id > self.last_sequence_id_pushed
+        ):
+            full = batch.add_plain(payload, sequence_id, waiter)
+            if full is not None:
+                self._sequence_id = sequence_id + 1
+                if full:
+                    self._send_batch()
+                elif self._batch_timer is None:
+                    self._start_batch_timer()
+                return
+        self._send_message(OutgoingMessage(payload), waiter)  # general path: no room, no batching, ...
+
+    def _send_message(self, message: OutgoingMessage, waiter: Any) -> None:
+        """Send one message (already admitted to the pending queue); its outcome goes to ``waiter``."""
         if message.sequence_id is not None:
             sequence_id = message.sequence_id
         else:
@@ -295,158 +358,21 @@ class Producer:
                 self._last_potential_duplicate = True
                 if sequence_id <= self.last_sequence_id_published:
                     log.warning("message with sequence id %d is definitely a duplicate", sequence_id)
-                self._batch_send_and_add(message, sequence_id, future)
+                self._batch_send_and_add(message, sequence_id, waiter)
             elif self._last_potential_duplicate or not batch.has_enough_space(size):
-                self._batch_send_and_add(message, sequence_id, future)
+                self._batch_send_and_add(message, sequence_id, waiter)
                 self._last_potential_duplicate = False
             else:
-                if batch.add(message, sequence_id, future):  # type: ignore[arg-type]
+                if batch.add(message, sequence_id, waiter):
                     self._send_batch()
                 elif self._batch_timer is None:
                     self._start_batch_timer()
-            return future
+            return
         try:
-            self._send_single(message, sequence_id, future)
+            self._send_single(message, sequence_id, waiter)
         except ClientError as exc:
             self._release(1)
-            future.set_exception(exc)
-        return future
-
-    # --------------------------------------------------------------------------------- batching --
-
-    def _start_batch_timer(self) -> None:
-        delay = self.config.batching_max_publish_delay_ms / 1000
-        self._batch_timer = self._loop.call_later(delay, self._on_batch_timer)
-
-    def _on_batch_timer(self) -> None:
-        self._batch_timer = None
-        if self._batch is not None and not self._batch.is_empty:
-            self._send_batch()
-
-    def _batch_send_and_add(
-        self, message: OutgoingMessage, sequence_id: int, future: asyncio.Future[Any]
-    ) -> None:
-        assert self._batch is not None
-        if not self._batch.is_empty:
-            self._send_batch()
-        if self._batch.add(message, sequence_id, future):
-            self._send_batch()
-        elif self._batch_timer is None:
-            self._start_batch_timer()
-
-    def _send_batch(self) -> None:
-        if self._batch_timer is not None:
-            self._batch_timer.cancel()
-            self._batch_timer = None
-        assert self._batch is not None
-        built: BuiltBatch = self._batch.build()
-        metadata = self._new_metadata(built.first, built.sequence_id)
-        metadata.num_messages_in_batch = built.num_messages
-        if built.first.partition_key is not None:
-            metadata.partition_key = built.first.partition_key
-        if built.first.ordering_key is not None:
-            metadata.ordering_key = built.first.ordering_key
-        highest = built.highest_sequence_id if built.num_messages > 1 else None
-        if highest is not None:
-            metadata.highest_sequence_id = highest
-        payload = self._compress(metadata, built.payload)
-        span = encode_headers_and_payload(metadata, payload)
-        if len(span) > self._max_message_size:
-            error = MessageTooBigError(
-                f"batch of {len(span)} bytes exceeds max_message_size {self._max_message_size}"
-            )
-            self._release(built.num_messages)
-            for future in built.futures:
-                if future is not None and not future.done():
-                    future.set_exception(error)
-            return
-        frame = commands.new_send(
-            self.producer_id, built.sequence_id, span, built.num_messages, highest_sequence_id=highest
-        )
-        self._push(
-            OpSendMsg(
-                built.sequence_id,
-                built.highest_sequence_id,
-                built.num_messages,
-                frame,
-                built.futures,  # type: ignore[arg-type]
-                built.num_messages,
-            )
-        )
-
-    # ------------------------------------------------------------------------------ single/chunk --
-
-    def _new_metadata(self, message: OutgoingMessage, sequence_id: int) -> pb.MessageMetadata:
-        metadata = pb.MessageMetadata(
-            producer_name=self._producer_name,
-            sequence_id=sequence_id,
-            publish_time=time.time_ns() // 1_000_000,
-        )
-        if message.replication_clusters:
-            metadata.replicate_to.extend(message.replication_clusters)
-        if self._schema_version:
-            metadata.schema_version = self._schema_version
-        return metadata
-
-    def _compress(self, metadata: pb.MessageMetadata, payload: bytes) -> bytes:
-        kind = self.config.compression_type
-        if kind == CompressionType.NONE:
-            return payload
-        metadata.compression = kind
-        metadata.uncompressed_size = len(payload)
-        return compress(kind, payload)
-
-    def _send_single(self, message: OutgoingMessage, sequence_id: int, future: asyncio.Future[Any]) -> None:
-        metadata = self._new_metadata(message, sequence_id)
-        if message.properties:
-            for key, value in message.properties.items():
-                metadata.properties.add(key=key, value=value)
-        if message.partition_key is not None:
-            metadata.partition_key = message.partition_key
-        if message.ordering_key is not None:
-            metadata.ordering_key = message.ordering_key
-        if message.event_timestamp is not None:
-            metadata.event_time = message.event_timestamp
-        if message.deliver_at is not None:
-            metadata.deliver_at_time = message.deliver_at
-        payload = self._compress(metadata, message.payload)
-        max_size = self._max_message_size
-        overhead = metadata.ByteSize() + _CRC_AND_SIZE
-        if self.config.chunking_enabled and len(payload) + overhead > max_size:
-            chunk_size = max_size - overhead - _CHUNK_METADATA_SLACK
-            if self.config.chunk_max_message_size is not None:
-                chunk_size = min(chunk_size, self.config.chunk_max_message_size)
-            self._send_chunks(metadata, payload, sequence_id, future, max(1, chunk_size))
-            return
-        span = encode_headers_and_payload(metadata, payload)
-        if len(span) > max_size:
-            raise MessageTooBigError(f"message of {len(span)} bytes exceeds max_message_size {max_size}")
-        frame = commands.new_send(self.producer_id, sequence_id, span)
-        self._push(OpSendMsg(sequence_id, sequence_id, 1, frame, [future], 1))
-
-    def _send_chunks(
-        self,
-        metadata: pb.MessageMetadata,
-        payload: bytes,
-        sequence_id: int,
-        future: asyncio.Future[Any],
-        chunk_size: int,
-    ) -> None:
-        chunks = split_chunks(payload, chunk_size)
-        metadata.uuid = f"{self._producer_name}-{sequence_id}"
-        metadata.num_chunks_from_msg = len(chunks)
-        metadata.total_chunk_msg_size = len(payload)
-        last = len(chunks) - 1
-        for chunk_id, chunk in enumerate(chunks):
-            metadata.chunk_id = chunk_id
-            span = encode_headers_and_payload(metadata, chunk)
-            frame = commands.new_send(self.producer_id, sequence_id, span, is_chunk=True)
-            is_last = chunk_id == last
-            self._push(
-                OpSendMsg(
-                    sequence_id, sequence_id, 1, frame, [future] if is_last else [], 1 if is_last else 0
-                )
-            )
+            fail_waiter(waiter, exc)
 
     def _push(self, op: OpSendMsg) -> None:
         self._pending.append(op)
@@ -481,20 +407,27 @@ class Producer:
         ledger_id = _int64(mid.ledgerId)
         entry_id = _int64(mid.entryId)
         partition = self.partition
-        futures = op.futures
-        if op.num_messages == 1 or len(futures) == 1:
-            result = _message_id(ledger_id, entry_id, partition)
-            for future in futures:
-                if future is not None and not future.done():
-                    future.set_result(result)
+        waiters = op.waiters
+        if op.num_messages == 1 or len(waiters) == 1:
+            for waiter in waiters:
+                if waiter is not None:
+                    complete_waiter(waiter, _message_id(ledger_id, entry_id, partition))
         else:
             size = op.num_messages
-            for index, future in enumerate(futures):
-                if future is not None and not future.done():
-                    future.set_result(_message_id(ledger_id, entry_id, partition, index, size))
+            index = -1
+            for waiter in waiters:
+                index += 1
+                if waiter is None:
+                    continue
+                result = _message_id(ledger_id, entry_id, partition, index, size)
+                if waiter.__class__ is Future:
+                    if not waiter.done():
+                        waiter.set_result(result)
+                else:
+                    complete_waiter(waiter, result)
         self._release(op.permits)
-        if not pending and self._flush_waiters:
-            self._wake_flush()
+        if self._flush_waiters:
+            self._wake_flush(op)
 
     def _on_send_error(self, frame: Any) -> None:
         body = frame.command.send_error
@@ -506,15 +439,16 @@ class Producer:
         ):
             self._pending.popleft()
             self._fail_op(head, BrokerResponseError(body.error, body.message))
+            if self._flush_waiters:
+                self._wake_flush(head)
             return
         log.warning("SEND_ERROR %s on %s; reconnecting", body.message, self.topic)
         if self._cnx is not None:
             self._cnx.close()
 
     def _fail_op(self, op: OpSendMsg, error: BaseException) -> None:
-        for future in op.futures:
-            if future is not None and not future.done():
-                future.set_exception(error)
+        for waiter in op.waiters:
+            fail_waiter(waiter, error)
         self._release(op.permits)
 
     def _fail_pending(self, error: BaseException) -> None:
@@ -522,12 +456,11 @@ class Producer:
         for op in pending:
             self._fail_op(op, error)
         if self._batch is not None and not self._batch.is_empty:
-            futures = self._batch.discard()
-            self._release(len(futures))
-            for future in futures:
-                if future is not None and not future.done():
-                    future.set_exception(error)
-        self._wake_flush()
+            waiters = self._batch.discard()
+            self._release(len(waiters))
+            for waiter in waiters:
+                fail_waiter(waiter, error)
+        self._wake_flush(None)
 
     async def _send_timeout_loop(self) -> None:
         timeout = self.config.send_timeout_millis / 1000
@@ -547,25 +480,26 @@ class Producer:
 
     # ---------------------------------------------------------------------------------- flush/close --
 
-    def _wake_flush(self) -> None:
-        waiters, self._flush_waiters = self._flush_waiters, []
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
+    def _wake_flush(self, done: OpSendMsg | None) -> None:
+        """Wake the flushes waiting for ``done`` (every flush when None or nothing is pending)."""
+        everything = done is None or not self._pending
+        keep = []
+        for target, waiter in self._flush_waiters:
+            if everything or target is done:
+                if not waiter.done():
+                    waiter.set_result(None)
+            else:
+                keep.append((target, waiter))
+        self._flush_waiters = keep
 
     async def flush(self) -> None:
-        """Send the open batch now and wait until every pending message has a receipt (or failed)."""
+        """Send the open batch now and wait until every message pending now has a receipt (or failed)."""
         if self._batch is not None and not self._batch.is_empty:
             self._send_batch()
         if not self._pending:
             return
-        last = self._pending[-1]
-        futures = [f for f in last.futures if f is not None]
-        if futures:
-            await asyncio.gather(*futures, return_exceptions=True)
-            return
         waiter: asyncio.Future[None] = self._loop.create_future()
-        self._flush_waiters.append(waiter)
+        self._flush_waiters.append((self._pending[-1], waiter))
         await waiter
 
     async def close(self) -> None:

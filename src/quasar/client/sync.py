@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import itertools
 import logging
 import re
 import threading
@@ -72,14 +73,20 @@ class _LoopThread:
             self.loop.call_soon_threadsafe(self._drain)
 
     def _drain(self) -> None:
-        self._scheduled = False
+        # _scheduled stays True while draining, so callers appending meanwhile do not wake the loop again;
+        # the re-check after clearing it catches an append that saw True just before.
         ops = self._ops
-        while ops:
-            callback, args = ops.popleft()
-            try:
-                callback(*args)
-            except Exception:
-                log.exception("quasar.client: callback %r failed", callback)
+        while True:
+            while ops:
+                callback, args = ops.popleft()
+                try:
+                    callback(*args)
+                except Exception:
+                    log.exception("quasar.client: callback %r failed", callback)
+            self._scheduled = False
+            if not ops:
+                return
+            self._scheduled = True
 
     def stop(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -186,14 +193,93 @@ async def _make_client(service_url: str, kwargs: dict[str, Any]) -> AsyncClient:
     return AsyncClient(service_url, **kwargs)
 
 
+class _Lane:
+    """The blocking facade's way into one (partition) producer: ``block_if_queue_full`` admission without a
+    thread round trip per message.
+
+    The caller's thread appends ``(message, callback)`` to ``inbox`` and schedules :meth:`drain` on the loop
+    once per burst (``scheduled``); the drain hands every queued message to the producer. With
+    ``block_if_queue_full`` the caller first takes a ticket (``submitted``, atomic under the GIL) and waits while
+    the messages queued but not yet taken (``ticket - taken``) plus the producer's pending ones reach
+    ``max_pending_messages``; the loop counts ``taken`` and wakes waiters from the producer's ``on_release``
+    (once per receipt, not per message). Waits re-check every 50 ms as a safety net. A ``send_async`` made on
+    the loop thread itself (e.g. from a send callback) never waits: nothing could make room meanwhile.
+    """
+
+    __slots__ = (
+        "event", "inbox", "loop_thread", "max_pending", "producer", "scheduled", "submitted", "taken", "waiting",
+    )  # fmt: skip
+
+    def __init__(self, producer: Any, loop_thread: threading.Thread) -> None:
+        self.producer = producer
+        self.loop_thread = loop_thread
+        self.max_pending: int = producer.config.max_pending_messages
+        self.inbox: collections.deque[tuple[Any, Any]] = collections.deque()
+        self.scheduled = False
+        self.submitted = itertools.count()
+        self.taken = 0
+        self.event = threading.Event()
+        self.waiting = False
+        producer.on_release = self.wake
+
+    def wake(self) -> None:
+        """Loop thread: room may have been made."""
+        if self.waiting:
+            self.waiting = False
+            self.event.set()
+
+    def drain(self) -> None:
+        """Loop thread: hand every queued message to the producer, in order (``scheduled`` stays True meanwhile;
+        the re-check after clearing it catches a message appended by a caller that saw True)."""
+        inbox = self.inbox
+        send = self.producer.send_with_callback
+        while True:
+            while inbox:
+                item, callback = inbox.popleft()
+                try:
+                    send(item, callback)
+                except Exception:
+                    log.exception("quasar.client: send_async failed")
+                self.taken += 1
+            self.scheduled = False
+            if not inbox:
+                return
+            self.scheduled = True
+
+    def wait_for_room(self, ticket: int) -> None:
+        """Caller's thread: block until message ``ticket`` fits (or the producer is no longer open)."""
+        producer = self.producer
+        if threading.current_thread() is self.loop_thread:
+            return
+        while ticket - self.taken + producer._pending_messages >= self.max_pending:
+            if producer._state in ("closing", "closed", "failed"):
+                return  # the loop fails it with AlreadyClosedError
+            self.event.clear()
+            self.waiting = True
+            if ticket - self.taken + producer._pending_messages < self.max_pending:
+                return
+            self.event.wait(0.05)
+
+
 class Producer:
     """Blocking producer (``pulsar.Producer`` shape)."""
 
     def __init__(self, client: Client, producer: Any) -> None:
         self._client = client
         self._producer = producer
-        config = producer.config
-        self._slots = threading.Semaphore(config.max_pending_messages) if config.block_if_queue_full else None
+        self._runner = client._runner
+        self._block = producer.config.block_if_queue_full
+        # a partitioned producer routes in the caller's thread
+        self._router = getattr(producer, "router", None)
+        self._lanes_lock = threading.Lock()
+        self._lanes: list[_Lane] = []
+        self._add_lanes()
+
+    def _add_lanes(self) -> None:
+        with self._lanes_lock:
+            producers = getattr(self._producer, "producers", [self._producer])
+            thread = self._runner._thread
+            self._lanes.extend(_Lane(p, thread) for p in producers[len(self._lanes) :])
 
     def topic(self) -> str:
         """Full topic name."""
@@ -216,35 +302,38 @@ class Producer:
     ) -> None:
         """Queue a message; ``callback(error_or_None, message_id)`` runs on the loop thread after the receipt.
 
+        Arguments are validated and partitions chosen in the caller's thread (as the official client does);
+        with ``block_if_queue_full`` the caller's thread waits here while the (partition's) producer has
+        ``max_pending_messages`` queued or pending. The message then joins a queue the loop drains in bursts.
+
         Raises:
             TypeError / ValueError: bad arguments (checked here, in the caller's thread).
             ProducerQueueIsFullError is passed to the callback when the queue is full and not blocking.
         """
-        message = make_outgoing(content, **kwargs)  # validated in the caller's thread
+        if kwargs or content.__class__ is not bytes:
+            item: Any = make_outgoing(content, **kwargs)  # validated in the caller's thread
+            key, size = item.partition_key, len(item.payload)
+        else:
+            item, key, size = content, None, len(content)
         if callback is not None and not callable(callback):
             raise TypeError(f"callback must be callable, got {type(callback).__name__}")
-        producer = self._producer
-        slots = self._slots
-        if slots is not None:
-            slots.acquire()  # block_if_queue_full: wait here, in the caller's thread
-
-        def done(future: asyncio.Future[Any]) -> None:
-            if slots is not None:
-                slots.release()
-            _call_back(callback, future)
-
-        def start() -> None:
-            try:
-                future = producer.send_message_nowait(message)
-            except ClientError as exc:
-                if slots is not None:
-                    slots.release()
-                if callback is not None:
-                    callback(exc, None)
-                return
-            future.add_done_callback(done)
-
-        self._client._runner.call_soon(start)
+        lanes = self._lanes
+        if self._router is None:
+            lane = lanes[0]
+        else:
+            producers = self._producer.producers
+            index = self._router.choose(item, key, len(producers), size)
+            if index >= len(lanes):
+                self._add_lanes()
+            lane = lanes[index]
+        if self._block:
+            ticket = next(lane.submitted)
+            if ticket - lane.taken + lane.producer._pending_messages >= lane.max_pending:
+                lane.wait_for_room(ticket)
+        lane.inbox.append((item, callback))
+        if not lane.scheduled:
+            lane.scheduled = True
+            self._runner.call_soon(lane.drain)
 
     def flush(self) -> None:
         """Send the open batch and wait for every pending receipt."""
@@ -260,28 +349,17 @@ class Producer:
         return all(p.is_connected for p in producers)
 
 
-def _call_back(callback: Callable[[Any, MessageId | None], Any] | None, future: asyncio.Future[Any]) -> None:
-    if callback is None:
-        if not future.cancelled():
-            future.exception()
-        return
-    try:
-        if future.cancelled():
-            callback(AlreadyClosedError("send cancelled"), None)
-        elif future.exception() is not None:
-            callback(future.exception(), None)
-        else:
-            callback(None, future.result())
-    except Exception:
-        log.exception("send_async callback failed")
-
-
 class Consumer:
     """Blocking consumer (``pulsar.Consumer`` shape)."""
 
     def __init__(self, client: Client, consumer: AsyncConsumer | MultiTopicsConsumer | None) -> None:
         self._client = client
         self._consumer: Any = consumer
+        # Work for the loop thread, drained in one call (one wake-up serves many messages): messages taken
+        # by receive (their hand-out: flow permits), then acks (a Message) and other calls ((fn, arg)).
+        self._handed: collections.deque[Message] = collections.deque()
+        self._acked: collections.deque[Any] = collections.deque()
+        self._drain_scheduled = False
 
     def topic(self) -> str:
         """Topic name(s)."""
@@ -292,18 +370,55 @@ class Consumer:
         return self._consumer.subscription_name
 
     def receive(self, timeout_millis: int | None = None) -> Message:
-        """The next message; raises ReceiveTimeoutError after ``timeout_millis`` ms."""
+        """The next message; raises ReceiveTimeoutError after ``timeout_millis`` ms.
+
+        A queued message is taken in the caller's thread; its hand-out (flow permit) reaches the loop later,
+        batched with others. Only an empty queue costs a round trip to the loop thread.
+        """
         consumer = self._consumer
         queue = consumer._queue
         if queue and consumer._listener is None and consumer._state not in ("closing", "closed"):
+            if timeout_millis is not None and (timeout_millis.__class__ is not int or timeout_millis < 0):
+                return self._client._run(consumer.receive(timeout_millis))  # raises the argument error
             try:
                 message = queue.popleft()
             except IndexError:
                 pass
             else:
-                self._client._runner.call_soon(consumer._hand_out, message)
+                self._handed.append(message)
+                if not self._drain_scheduled:
+                    self._schedule_drain()
                 return message
         return self._client._run(consumer.receive(timeout_millis))
+
+    def _schedule_drain(self) -> None:
+        self._drain_scheduled = True
+        self._client._runner.call_soon(self._drain)
+
+    def _drain(self) -> None:
+        """On the loop thread: hand-outs first (every ack refers to a message handed out before), then acks."""
+        self._drain_scheduled = False
+        handed = self._handed
+        while handed:
+            message = handed.popleft()
+            message._entry.consumer._on_handed_out(message)
+        acked = self._acked
+        while acked:
+            op = acked.popleft()
+            try:
+                if op.__class__ is Message:
+                    op._entry.consumer.acknowledge_nowait(op)
+                else:
+                    op[0](op[1])
+            except ClientError as exc:
+                log.info("ack ignored: %s", exc)
+            except Exception:
+                log.exception("quasar.client: consumer call %r failed", op)
+
+    def _defer(self, op: Any) -> None:
+        self._acked.append(op)
+        if not self._drain_scheduled:
+            self._schedule_drain()
 
     def batch_receive(self, max_num_messages: int = 100, timeout_ms: int = 100) -> list[Message]:
         """Up to ``max_num_messages`` messages, waiting at most ``timeout_ms`` for the first."""
@@ -318,13 +433,18 @@ class Consumer:
 
     def acknowledge(self, message: Message | MessageId) -> None:
         """Acknowledge (fire-and-forget; waits for the receipt when ``ack_receipt_enabled``)."""
-        if not isinstance(message, (Message, MessageId)):
+        if message.__class__ is Message:
+            child = message._entry.consumer  # type: ignore[union-attr]
+            if not child.config.ack_receipt_enabled:
+                self._defer(message)
+                return
+        elif not isinstance(message, (Message, MessageId)):
             raise TypeError(f"expected a Message or MessageId, got {type(message).__name__}")
         child = self._child(message)
         if child.config.ack_receipt_enabled:
             self._client._run(child.acknowledge(message))
         else:
-            self._client._runner.call_soon(_guard, child.acknowledge_nowait, message)
+            self._defer((child.acknowledge_nowait, message))
 
     def acknowledge_cumulative(self, message: Message | MessageId) -> None:
         """Cumulative acknowledge (raises ValueError on Shared / KeyShared)."""
@@ -339,7 +459,7 @@ class Consumer:
         """Negative acknowledge: redelivery after ``negative_ack_redelivery_delay_ms``."""
         if not isinstance(message, (Message, MessageId)):
             raise TypeError(f"expected a Message or MessageId, got {type(message).__name__}")
-        self._client._runner.call_soon(_guard, self._child(message).negative_acknowledge_nowait, message)
+        self._defer((self._child(message).negative_acknowledge_nowait, message))
 
     def redeliver_unacknowledged_messages(self) -> None:
         """Ask the broker to redeliver every unacked message."""
@@ -364,13 +484,6 @@ class Consumer:
     def is_connected(self) -> bool:
         """True while connected."""
         return self._consumer.is_connected
-
-
-def _guard(function: Callable[[Any], None], message: Any) -> None:
-    try:
-        function(message)
-    except ClientError as exc:
-        log.info("ack ignored: %s", exc)
 
 
 class Reader:
