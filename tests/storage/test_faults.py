@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from quasar.storage import GetStatus, MessageStore, PutStatus
-from quasar.storage.allocate import AllocateMappedFileService
+from quasar.storage.allocate import WARM_CHUNK_SIZE, AllocateMappedFileService
 from quasar.storage.mapped_file import MappedFile, offset_to_file_name
 from quasar.storage.record import BODY_POSITION
 
@@ -86,16 +86,20 @@ def test_next_segment_is_pre_allocated(root: Path):
     assert not next_path.exists()  # an unused pre-allocated segment is removed at close
 
 
-def test_warm_mapped_file_touches_every_page(tmp_path: Path):
-    allocator = AllocateMappedFileService(64 * 1024, warm=True)
+def test_warm_mapped_file_writes_every_byte(tmp_path: Path):
+    size = WARM_CHUNK_SIZE + 12 * 1024  # a whole pwrite chunk and a short tail
+    allocator = AllocateMappedFileService(size, warm=True)
     allocator.start()
     path = tmp_path / offset_to_file_name(0)
     allocator.pre_allocate(path)
     mapped_file = allocator.take(path)
     assert isinstance(mapped_file, MappedFile)
-    assert os.stat(path).st_blocks * 512 >= 64 * 1024  # real blocks, not a hole
-    assert bytes(mapped_file.buffer) == bytes(64 * 1024)
+    assert os.stat(path).st_blocks * 512 >= size  # real blocks, not a hole
+    assert mapped_file.reserved_position == size  # appends never need to reserve again
+    assert bytes(mapped_file.buffer) == bytes(size)
+    mapped_file.buffer[size - 3 : size] = b"end"  # the mapping and the pwrite zeros are the same pages
     mapped_file.close()
+    assert path.read_bytes()[-3:] == b"end"
     allocator.shutdown()
 
 
