@@ -11,6 +11,7 @@ import asyncio
 import itertools
 import re
 import secrets
+from dataclasses import replace
 from typing import Any
 
 from quasar.protocol import MessageId
@@ -32,6 +33,7 @@ from .op_send import full_topic
 from .partitioned_producer import PartitionedProducer
 from .producer import Producer
 from .reader import Reader
+from .retry_letter import retry_policy, retry_topics
 
 __all__ = ["AsyncClient"]
 
@@ -107,16 +109,27 @@ class AsyncClient:
     ) -> Consumer | MultiTopicsConsumer:
         """Subscribe to a topic, a list of topics or a regex pattern (``ConsumerConfig`` fields as keywords).
 
+        With ``retry_enable=True`` (Java ``enableRetry``) the retry-letter topic of the first topic is
+        subscribed too and the result is a :class:`MultiTopicsConsumer` (see :mod:`quasar.client.retry_letter`).
+
         Raises:
-            TypeError / ValueError: bad arguments. BrokerResponseError (e.g. ConsumerBusy), ConnectError,
-            OperationTimeoutError.
+            TypeError / ValueError: bad arguments (also ``retry_enable`` with a regex pattern).
+            BrokerResponseError (e.g. ConsumerBusy), ConnectError, OperationTimeoutError.
         """
         self._check_open()
         topics = check_topics(topic)
         check_subscription_name(subscription_name)
         config = _config(ConsumerConfig, config, kwargs)
         consumer: Consumer | MultiTopicsConsumer
-        if isinstance(topics, re.Pattern):
+        if config.retry_enable:
+            if isinstance(topics, re.Pattern):
+                raise ValueError("retry_enable needs a topic name or a list of topics, not a regex pattern")
+            listed = [topics] if isinstance(topics, str) else topics
+            names = list(dict.fromkeys(full_topic(t).full_name for t in listed))
+            policy = retry_policy(config.dead_letter_policy, names[0], subscription_name)
+            config = replace(config, dead_letter_policy=policy)
+            consumer = MultiTopicsConsumer(self, retry_topics(names, policy), subscription_name, config)
+        elif isinstance(topics, re.Pattern):
             pattern_text = topics.pattern
             if "://" not in pattern_text:
                 pattern_text = "persistent://public/default/" + pattern_text

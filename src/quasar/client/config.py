@@ -247,9 +247,13 @@ class DeadLetterPolicy:
 
     Attributes:
         max_redeliver_count: a message redelivered this many times goes to the dead-letter topic at its next
-            negative ack / ack timeout instead of being redelivered; must be > 0.
+            negative ack / ack timeout instead of being redelivered; must be > 0. With
+            ``ConsumerConfig.retry_enable`` it is also the number of ``reconsume_later`` hops a message may make
+            (``RECONSUMETIMES`` 1..max) before the next one sends it to the dead-letter topic.
         dead_letter_topic: default ``<topic>-<subscription>-DLQ``.
-        retry_letter_topic: default ``<topic>-<subscription>-RETRY`` (kept for the Java shape).
+        retry_letter_topic: the topic ``reconsume_later`` publishes to and that a ``retry_enable`` consumer
+            also subscribes to; default ``<topic>-<subscription>-RETRY`` (Java ``ConsumerBuilderImpl``).
+            Unused without ``retry_enable``.
         initial_subscription_name: a subscription created on the DLQ topic with its producer.
     """
 
@@ -293,6 +297,16 @@ class ConsumerConfig:
         dead_letter_policy: see :class:`DeadLetterPolicy`.
         message_listener: ``f(consumer, message)`` called for each message instead of ``receive``.
         max_total_receiver_queue_size_across_partitions: 50 000; bounds each partition's queue.
+        subscription_properties: properties of the subscription, sent in SUBSCRIBE.
+        retry_enable: Java ``ConsumerBuilder.enableRetry``; False. With it ``subscribe(topic, sub)`` also
+            subscribes to the retry-letter topic (``dead_letter_policy.retry_letter_topic``, default
+            ``<topic>-<subscription>-RETRY``; ``<topic>`` is the first topic of a list; not for a regex) and
+            returns a multi-topics consumer over both, and ``reconsume_later`` is allowed. Without a
+            ``dead_letter_policy`` the policy is ``max_redeliver_count=16`` (Java
+            ``RetryMessageUtil.MAX_RECONSUMETIMES``) with the default topics. Any subscription type is
+            accepted (as Java), but Quasar's broker honours the retry delay (``deliver_after``) on Shared
+            subscriptions only (semantics.md B6): on Exclusive / Failover / KeyShared a retried message comes
+            back as soon as it is read.
     """
 
     consumer_type: ConsumerType = ConsumerType.Exclusive
@@ -319,6 +333,7 @@ class ConsumerConfig:
     message_listener: Callable[[Any, Any], Any] | None = None
     max_total_receiver_queue_size_across_partitions: int = 50_000
     subscription_properties: Mapping[str, str] | None = field(default=None)
+    retry_enable: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(
@@ -362,6 +377,7 @@ class ConsumerConfig:
         _check_type("batch_index_ack_enabled", self.batch_index_ack_enabled, bool)
         if self.dead_letter_policy is not None:
             _check_type("dead_letter_policy", self.dead_letter_policy, DeadLetterPolicy)
+        _check_type("retry_enable", self.retry_enable, bool)
         if self.message_listener is not None and not callable(self.message_listener):
             raise TypeError(f"message_listener must be callable, got {type(self.message_listener).__name__}")
         _check_int(

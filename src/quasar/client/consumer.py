@@ -11,7 +11,8 @@
   whole entry is queued in one step.
 * Acks go through :class:`AckGroupingTracker` (flushed every ``acknowledgements_group_time_ms``) and
   :class:`BatchAcker`; negative acks through :class:`NegativeAcksTracker`; ack timeout through
-  :class:`UnackedMessageTracker`; the dead-letter policy is in :mod:`quasar.client.dead_letter`.
+  :class:`UnackedMessageTracker`; the dead-letter policy is in :mod:`quasar.client.dead_letter`,
+  ``reconsume_later`` (``retry_enable``) in :mod:`quasar.client.retry_letter`.
 * Connection loss or CLOSE_CONSUMER (also the broker's answer to SEEK): the queue of this consumer is cleared
   and it re-subscribes with the same consumer id (readers from the last id handed out) and a fresh FLOW.
 """
@@ -48,6 +49,7 @@ from .errors import AlreadyClosedError, ClientError, InvalidMessageError
 from .message import Message, ReceivedEntry, unpack_batch
 from .negative_acks import NegativeAcksTracker, UnackedMessageTracker
 from .op_send import message_id as _message_id
+from .retry_letter import RetryLetterHandler, retry_policy
 
 __all__ = ["Consumer"]
 
@@ -115,9 +117,13 @@ class Consumer(ConsumerAcks, ConsumerBase):
         )
         self._chunk_ids: dict[MessageId, list[MessageId]] = {}
         self._ack_timer: asyncio.TimerHandle | None = None
-        self._dead_letter = (
-            DeadLetterHandler(self, config.dead_letter_policy)
-            if config.dead_letter_policy is not None
+        policy = config.dead_letter_policy
+        if config.retry_enable:  # filled by AsyncClient.subscribe already; this covers a direct construction
+            policy = retry_policy(policy, topic, subscription)
+        self._dead_letter = DeadLetterHandler(self, policy) if policy is not None else None
+        self._retry_letter = (
+            RetryLetterHandler(self, self._dead_letter)
+            if config.retry_enable and self._dead_letter is not None
             else None
         )
         self._shared = config.consumer_type in (ConsumerType.Shared, ConsumerType.KeyShared)
@@ -415,6 +421,32 @@ class Consumer(ConsumerAcks, ConsumerBase):
             self._tasks.spawn(self._reconnect(), name=f"reconnect {self.topic}")
         await asyncio.wait_for(self._ready.wait(), self._context.config.operation_timeout_seconds)
 
+    async def reconsume_later(
+        self, message: Message, delay_ms: int, properties: dict[str, str] | None = None
+    ) -> None:
+        """Retry ``message`` later through the retry-letter topic, then acknowledge it (Java
+        ``Consumer.reconsumeLater(msg, customProperties, delay, MILLISECONDS)``; see
+        :mod:`quasar.client.retry_letter`).
+
+        Args:
+            message: a Message received from this consumer.
+            delay_ms: delivery delay of the copy, ms (< 0 counts as 0; honoured on Shared subscriptions).
+            properties: custom properties added to the copy (they override the message's own).
+
+        Raises:
+            TypeError: bad arguments. ValueError: the message is not from this consumer.
+            ClientError: the consumer was not created with ``retry_enable=True``. AlreadyClosedError.
+            Publishing / ack errors (ClientError subclasses); the message is then redelivered.
+        """
+        self._check_open()
+        if self._retry_letter is None:
+            raise ClientError(
+                "reconsume_later needs a consumer subscribed with retry_enable=True (Java enableRetry)"
+            )
+        if isinstance(message, Message) and message._consumer is not self:
+            raise ValueError("message does not come from this consumer")
+        await self._retry_letter.reconsume_later(message, delay_ms, properties)
+
     async def get_last_message_id(self) -> MessageId:
         """Id of the last message of the topic (GET_LAST_MESSAGE_ID); ledger/entry -1 when empty."""
         self._check_open()
@@ -465,6 +497,8 @@ class Consumer(ConsumerAcks, ConsumerBase):
         self._state = "closed"
         self._wake_all()
         await self._tasks.aclose()
+        if self._retry_letter is not None:
+            await self._retry_letter.close()
         if self._dead_letter is not None:
             await self._dead_letter.close()
         self._context._forget(self)

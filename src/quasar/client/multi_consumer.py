@@ -176,6 +176,23 @@ class MultiTopicsConsumer(ConsumerBase):
         child, target = self._child_of(message)
         await child.negative_acknowledge(target)
 
+    async def reconsume_later(
+        self, message: Message, delay_ms: int, properties: dict[str, str] | None = None
+    ) -> None:
+        """:meth:`Consumer.reconsume_later` on the child consumer the message came from (Java
+        ``MultiTopicsConsumerImpl.reconsumeLater``); a ``retry_enable`` consumer is one of these, over the
+        topic and its retry-letter topic.
+
+        Raises:
+            TypeError: not a Message. ClientError: not subscribed with ``retry_enable=True``; publishing or
+            ack errors (the message is then redelivered). AlreadyClosedError.
+        """
+        self._check_open()
+        if not isinstance(message, Message):
+            raise TypeError(f"reconsume_later needs the received Message, got {type(message).__name__}")
+        child, _ = self._child_of(message)
+        await child.reconsume_later(message, delay_ms, properties)
+
     def redeliver_unacknowledged_messages(self) -> None:
         """Redeliver every unacked message of every child."""
         for child in self.consumers:

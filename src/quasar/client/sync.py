@@ -461,6 +461,19 @@ class Consumer:
             raise TypeError(f"expected a Message or MessageId, got {type(message).__name__}")
         self._defer((self._child(message).negative_acknowledge_nowait, message))
 
+    def reconsume_later(
+        self, message: Message, delay_ms: int, properties: dict[str, str] | None = None
+    ) -> None:
+        """Retry ``message`` after ``delay_ms`` ms through the retry-letter topic, then acknowledge it; past
+        ``max_redeliver_count`` retries it goes to the dead-letter topic (Java ``reconsumeLater``; needs
+        ``retry_enable=True``, see :meth:`quasar.client.consumer.Consumer.reconsume_later`). Blocks until the
+        copy is stored.
+
+        Raises:
+            TypeError: bad arguments. ClientError: no ``retry_enable``; publishing / ack errors.
+        """
+        self._client._run(self._consumer.reconsume_later(message, delay_ms, properties))
+
     def redeliver_unacknowledged_messages(self) -> None:
         """Ask the broker to redeliver every unacked message."""
         self._client._runner.call_soon(self._consumer.redeliver_unacknowledged_messages)
