@@ -105,7 +105,8 @@ def _check_enum(name: str, value: Any, enum_type: type[enum.IntEnum]) -> Any:
     raise TypeError(f"{name} must be a {enum_type.__name__}, got {type(value).__name__}")
 
 
-def _check_properties(name: str, value: Any) -> None:
+def check_properties(name: str, value: Any) -> None:
+    """Raise TypeError (naming ``name``) unless ``value`` is None or a mapping of str to str."""
     if value is None:
         return
     if not isinstance(value, Mapping):
@@ -235,7 +236,7 @@ class ProducerConfig:
             raise TypeError(f"message_router must be callable, got {type(self.message_router).__name__}")
         if self.message_routing_mode == PartitionsRoutingMode.CustomPartition and self.message_router is None:
             raise ValueError("message_routing_mode CustomPartition needs a message_router")
-        _check_properties("properties", self.properties)
+        check_properties("properties", self.properties)
         _check_int(
             "partition_switch_frequency_by_publish_delay", self.partition_switch_frequency_by_publish_delay, 1
         )
@@ -357,8 +358,8 @@ class ConsumerConfig:
         object.__setattr__(
             self, "initial_position", _check_enum("initial_position", self.initial_position, InitialPosition)
         )
-        _check_properties("properties", self.properties)
-        _check_properties("subscription_properties", self.subscription_properties)
+        check_properties("properties", self.properties)
+        check_properties("subscription_properties", self.subscription_properties)
         _check_type("is_read_compacted", self.is_read_compacted, bool)
         _check_type("replicate_subscription_state_enabled", self.replicate_subscription_state_enabled, bool)
         _check_int("pattern_auto_discovery_period", self.pattern_auto_discovery_period, 1)

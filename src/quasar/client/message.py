@@ -26,6 +26,7 @@ from google.protobuf.message import DecodeError
 
 from quasar.protocol import MessageId, pb
 
+from .config import check_properties
 from .errors import InvalidMessageError
 from .op_send import message_id as _message_id
 
@@ -163,11 +164,7 @@ def make_outgoing(
     else:
         raise TypeError(f"content must be bytes, got {type(content).__name__}")
     if properties is not None:
-        if not isinstance(properties, Mapping):
-            raise TypeError(f"properties must be a dict of str to str, got {type(properties).__name__}")
-        for key, value in properties.items():
-            if not isinstance(key, str) or not isinstance(value, str):
-                raise TypeError(f"properties must map str to str, got {key!r}: {value!r}")
+        check_properties("properties", properties)
         if not properties:
             properties = None
     if partition_key is not None and not isinstance(partition_key, str):

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from .config import DeadLetterPolicy
+from .config import DeadLetterPolicy, check_properties
 from .dead_letter import DeadLetterHandler, LazyProducer, copy_properties, send_copy
 from .errors import ClientError
 from .message import Message
@@ -92,12 +92,7 @@ def _check_arguments(message: Any, delay_ms: Any, properties: Any) -> None:
         raise TypeError(f"reconsume_later needs the received Message, got {type(message).__name__}")
     if not isinstance(delay_ms, int) or isinstance(delay_ms, bool):
         raise TypeError(f"delay_ms must be an int (ms), got {type(delay_ms).__name__}")
-    if properties is not None:
-        if not isinstance(properties, Mapping):
-            raise TypeError(f"properties must be a dict of str to str, got {type(properties).__name__}")
-        for key, value in properties.items():
-            if not isinstance(key, str) or not isinstance(value, str):
-                raise TypeError(f"properties must map str to str, got {key!r}: {value!r}")
+    check_properties("properties", properties)
 
 
 class RetryLetterHandler:
