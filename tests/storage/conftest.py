@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -60,3 +64,40 @@ def body_for(i: int) -> bytes:
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
     return tmp_path / "store"
+
+
+def run_writer_until_killed(
+    tmp_path: Path, script_text: str, root: Path, confirmations: int
+) -> list[tuple[int, ...]]:
+    """Run ``script_text`` (a writer that prints ``ready`` and then one line of four ints per confirmed record)
+    as ``python writer.py ROOT``, SIGKILL it once ``confirmations`` lines were read, and return every confirmed
+    line, including those printed before the kill but not read yet."""
+    script = tmp_path / "writer.py"
+    script.write_text(script_text)
+    process = subprocess.Popen(
+        [sys.executable, str(script), str(root)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    confirmed: list[tuple[int, ...]] = []
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().strip() == "ready", process.stderr.read() if process.stderr else ""
+        while len(confirmed) < confirmations:
+            line = process.stdout.readline()
+            assert line, process.stderr.read() if process.stderr else "writer exited"
+            confirmed.append(tuple(int(x) for x in line.split()))
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    assert process.stdout is not None
+    for line in process.stdout.read().splitlines():
+        fields = line.split()
+        if len(fields) == 4 and all(f.isdigit() for f in fields):
+            confirmed.append(tuple(int(x) for x in fields))
+    process.stdout.close()
+    if process.stderr is not None:
+        process.stderr.close()
+    return confirmed

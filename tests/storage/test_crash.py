@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
-from .conftest import open_store
+from .conftest import open_store, run_writer_until_killed
 
 WRITER = textwrap.dedent(
     """
@@ -46,35 +42,7 @@ def body(i: int) -> bytes:
 
 def test_sigkill_loses_no_confirmed_record(tmp_path: Path):
     root = tmp_path / "store"
-    script = tmp_path / "writer.py"
-    script.write_text(WRITER)
-    process = subprocess.Popen(
-        [sys.executable, str(script), str(root)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    confirmed: list[tuple[int, int, int, int]] = []
-    try:
-        assert process.stdout is not None
-        assert process.stdout.readline().strip() == "ready", process.stderr.read() if process.stderr else ""
-        while len(confirmed) < 400:
-            line = process.stdout.readline()
-            assert line, process.stderr.read() if process.stderr else "writer exited"
-            confirmed.append(tuple(int(x) for x in line.split()))  # type: ignore[misc]
-    finally:
-        process.send_signal(signal.SIGKILL)
-        process.wait()
-    # lines printed before the kill but not read yet are confirmed too
-    assert process.stdout is not None
-    for line in process.stdout.read().splitlines():
-        fields = line.split()
-        if len(fields) == 4 and all(f.isdigit() for f in fields):
-            confirmed.append(tuple(int(x) for x in fields))  # type: ignore[misc]
-    process.stdout.close()
-    if process.stderr is not None:
-        process.stderr.close()
+    confirmed = run_writer_until_killed(tmp_path, WRITER, root, 400)
 
     assert (root / "abort").exists()
     assert len(list((root / "commitlog").iterdir())) > 3  # several segments were written

@@ -6,9 +6,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
 import textwrap
 from pathlib import Path
@@ -33,7 +30,7 @@ from quasar.storage.record import (
 )
 from quasar.storage.results import PutBatchResult, PutResult
 
-from .conftest import SEGMENT_SIZE, abandon, body_for, make_config, open_store
+from .conftest import SEGMENT_SIZE, abandon, body_for, make_config, open_store, run_writer_until_killed
 
 TOPIC = "persistent://public/default/batch"
 
@@ -376,34 +373,7 @@ def crash_body(i: int) -> bytes:
 
 def test_sigkill_during_batches_loses_no_confirmed_record(tmp_path: Path):
     root = tmp_path / "store"
-    script = tmp_path / "writer.py"
-    script.write_text(WRITER)
-    process = subprocess.Popen(
-        [sys.executable, str(script), str(root)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    confirmed: list[tuple[int, ...]] = []
-    try:
-        assert process.stdout is not None
-        assert process.stdout.readline().strip() == "ready", process.stderr.read() if process.stderr else ""
-        while len(confirmed) < 600:
-            line = process.stdout.readline()
-            assert line, process.stderr.read() if process.stderr else "writer exited"
-            confirmed.append(tuple(int(x) for x in line.split()))
-    finally:
-        process.send_signal(signal.SIGKILL)
-        process.wait()
-    assert process.stdout is not None
-    for line in process.stdout.read().splitlines():  # printed before the kill: confirmed too
-        fields = line.split()
-        if len(fields) == 4 and all(f.isdigit() for f in fields):
-            confirmed.append(tuple(int(x) for x in fields))
-    process.stdout.close()
-    if process.stderr is not None:
-        process.stderr.close()
+    confirmed = run_writer_until_killed(tmp_path, WRITER, root, 600)
 
     assert len(list((root / "commitlog").iterdir())) > 3  # several segments (and batch rolls) were written
     store = open_store(root, commit_log_file_size=16384, consume_queue_file_size=400)
