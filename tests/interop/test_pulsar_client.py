@@ -359,6 +359,29 @@ def test_seek_to_publish_time(broker):
         client.close()
 
 
+def test_reader_seek_to_publish_time(broker):
+    """A reader's non-durable subscription keeps its reset cursor across the seek: the client re-subscribes from
+    its old start id, and must still read from the sought time (then back to the start with seek(0))."""
+    topic = topic_name()
+    client = new_client(broker)
+    try:
+        producer = client.create_producer(topic)
+        for i in range(3):
+            producer.send(f"old{i}".encode())
+        time_after_old = int(time.time() * 1000) + 5
+        time.sleep(0.05)
+        for i in range(2):
+            producer.send(f"new{i}".encode())
+        reader = client.create_reader(topic, pulsar.MessageId.latest)
+        reader.seek(time_after_old)
+        assert [reader.read_next(timeout_millis=10_000).data() for _ in range(2)] == [b"new0", b"new1"]
+        reader.seek(0)
+        assert reader.read_next(timeout_millis=10_000).data() == b"old0"
+        reader.close()
+    finally:
+        client.close()
+
+
 def test_regex_subscription_uses_topic_listing(broker):
     prefix = f"rx-{uuid.uuid4().hex[:8]}"
     client = new_client(broker)

@@ -7,6 +7,7 @@ ServerError code of the BrokerError raised; nothing escapes to the event loop.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,9 @@ if TYPE_CHECKING:
     from quasar.broker.broker_service import BrokerService
     from quasar.broker.config import BrokerConfig
     from quasar.protocol.decoder import Frame
+
+NON_DURABLE_SEEK_GRACE_S = 60.0
+"""Seconds a reader's subscription waits for the reader to re-subscribe after a SEEK."""
 
 log = logging.getLogger(__name__)
 
@@ -505,7 +509,13 @@ class CommandHandlers:
         # the client re-subscribes and reads from the new position (reference §6.15).
         subscription.close_consumers()
         subscription.cursor.reset_cursor(target)
-        subscription.topic.remove_non_durable_if_idle(subscription)
+        if not subscription.durable:
+            # A reader's subscription outlives the seek so that its re-subscribe finds the reset cursor: after a
+            # seek by publish time the client re-subscribes from its old start id, not from the sought entry.
+            # Dropped later if the reader never comes back.
+            asyncio.get_running_loop().call_later(
+                NON_DURABLE_SEEK_GRACE_S, subscription.topic.remove_non_durable_if_idle, subscription
+            )
         self.write(commands.new_success(cmd.request_id))
 
     def _handle_get_last_message_id(self, frame: Frame) -> None:

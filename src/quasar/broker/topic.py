@@ -159,8 +159,14 @@ class PersistentTopic:
             await self.ledger.delete_cursor(name)
 
     def remove_non_durable_if_idle(self, subscription: Subscription) -> None:
-        if not subscription.durable and not subscription.consumers:
-            self.subscriptions.pop(subscription.name, None)
+        """Drop a reader's (non-durable) subscription once it has no consumer; a newer subscription of the same
+        name is left alone."""
+        if (
+            not subscription.durable
+            and not subscription.consumers
+            and self.subscriptions.get(subscription.name) is subscription
+        ):
+            del self.subscriptions[subscription.name]
 
     # ------------------------------------------------------------------ queries
     def find_position_by_publish_time(self, publish_time_ms: int) -> Position:
