@@ -16,7 +16,12 @@ Codes are the numbers of reference/pulsar-protocol.md §4; the C++ client's reac
 
 from __future__ import annotations
 
+import logging
+
 from quasar.errors import QuasarError
+from quasar.protocol.errors import InvalidTopicNameError
+
+log = logging.getLogger("quasar.broker.handlers")
 
 # ServerError values (PulsarApi.proto, 4.2.0), kept here as plain ints so this module needs no protobuf.
 UNKNOWN_ERROR = 0
@@ -80,3 +85,16 @@ class ProducerFencedError(BrokerError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, server_error=PRODUCER_FENCED)
+
+
+def error_of(exc: Exception) -> tuple[int, str]:
+    """(ServerError code, message) for an exception raised while handling a request: a BrokerError's own code,
+    InvalidTopicName, PersistenceError for ledger errors, else UnknownError (logged with its traceback)."""
+    if isinstance(exc, BrokerError):
+        return exc.server_error, str(exc)
+    if isinstance(exc, InvalidTopicNameError):
+        return INVALID_TOPIC_NAME, str(exc)
+    if isinstance(exc, QuasarError):
+        return PERSISTENCE_ERROR if "ledger" in type(exc).__module__ else UNKNOWN_ERROR, str(exc)
+    log.error("unexpected error while handling a request", exc_info=exc)
+    return UNKNOWN_ERROR, f"internal error: {type(exc).__name__}"
