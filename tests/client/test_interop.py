@@ -375,3 +375,37 @@ async def test_pattern_consumer_picks_up_new_topics(broker):
         assert message.data() == b"b" and message.topic_name().endswith(f"{prefix}-b")
         await consumer.acknowledge(message)
         assert len(consumer.consumers) == 2
+
+
+def test_reader_read_batch_takes_queued_messages_in_order_and_across_partitions(broker, clients):
+    mine, theirs = clients
+    topic = topic_name("rbatch")
+    producer = theirs.create_producer(topic, batching_enabled=True)
+    for i in range(300):
+        producer.send_async(f"b{i}".encode(), None)
+    producer.flush()
+    reader = mine.create_reader(topic, qc.EARLIEST)
+    got: list[bytes] = []
+    while len(got) < 300:
+        batch = reader.read_batch(128, 10_000)
+        assert 0 < len(batch) <= 128
+        got.extend(m.data() for m in batch)
+    assert got == [f"b{i}".encode() for i in range(300)]
+    assert reader.read_batch(10, 200) == []  # nothing left: an empty list after the timeout
+    assert not reader.has_message_available()
+    with pytest.raises(ValueError):
+        reader.read_batch(0)
+
+    partitioned = topic_name("rbatch-p")
+    admin = (
+        f"{broker.admin_url}/admin/v2/persistent/public/default/{partitioned.rsplit('/', 1)[1]}/partitions"
+    )
+    urllib.request.urlopen(urllib.request.Request(admin, data=b"3", method="PUT"))
+    keyed = theirs.create_producer(partitioned, batching_enabled=False)
+    for i in range(30):
+        keyed.send(f"p{i}".encode(), partition_key=f"k{i}")
+    multi_reader = mine.create_reader(partitioned, qc.EARLIEST)
+    seen: list[bytes] = []
+    while len(seen) < 30:
+        seen.extend(m.data() for m in multi_reader.read_batch(100, 10_000))
+    assert sorted(seen) == sorted(f"p{i}".encode() for i in range(30))

@@ -12,9 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from quasar.spark import stream as stream_module
-from quasar.spark._client import _PRODUCER_PARAMS, _convert
 from quasar.spark.errors import DataLossError, OptionError, SinkSchemaError
 from quasar.spark.options import parse_read, parse_write
+from quasar.spark.passthrough import PRODUCER_PARAMS, convert
 from quasar.spark.positions import (
     EARLIEST,
     Offset,
@@ -171,22 +171,22 @@ def test_write_options():
 
 
 def test_producer_passthrough_converts_types_and_rejects_unknown_keys():
-    import pulsar
+    from quasar.client import CompressionType
 
-    kwargs = _convert(
+    kwargs = convert(
         (("compressiontype", "zstd"), ("batchingmaxmessages", "50"), ("batchingenabled", "false")),
-        _PRODUCER_PARAMS,
+        PRODUCER_PARAMS,
         "quasar.producer.",
     )
     assert kwargs == {
-        "compression_type": pulsar.CompressionType.ZSTD,
+        "compression_type": CompressionType.ZSTD,
         "batching_max_messages": 50,
         "batching_enabled": False,
     }
     with pytest.raises(OptionError, match=r"unknown option 'quasar.producer.colour'.*valid:"):
-        _convert((("colour", "red"),), _PRODUCER_PARAMS, "quasar.producer.")
+        convert((("colour", "red"),), PRODUCER_PARAMS, "quasar.producer.")
     with pytest.raises(OptionError, match=r"'quasar\.producer\.compressiontype': bad value 'gzip'"):
-        _convert((("compressiontype", "gzip"),), _PRODUCER_PARAMS, "quasar.producer.")
+        convert((("compressiontype", "gzip"),), PRODUCER_PARAMS, "quasar.producer.")
 
 
 def test_normalize_topic():

@@ -514,6 +514,11 @@ class Reader:
         """The next message; ReceiveTimeoutError after ``timeout_millis`` ms."""
         return self._client._run(self._reader.read_next(timeout_millis))
 
+    def read_batch(self, max_num_messages: int = 100, timeout_millis: int = 100) -> list[Message]:
+        """Up to ``max_num_messages`` messages in one loop round trip (``[]`` after ``timeout_millis`` ms with
+        none); a Quasar extension, see :meth:`quasar.client.reader.Reader.read_batch`."""
+        return self._client._run(self._reader.read_batch(max_num_messages, timeout_millis))
+
     def has_message_available(self) -> bool:
         """True when there is something left to read."""
         return self._client._run(self._reader.has_message_available())

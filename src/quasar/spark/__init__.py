@@ -10,8 +10,8 @@ Modules: :mod:`~quasar.spark.datasource` (the DataSource), :mod:`~quasar.spark.o
 :mod:`~quasar.spark.positions` (message positions and checkpoint offsets), :mod:`~quasar.spark.reader`
 (batch reads and planning), :mod:`~quasar.spark.stream` (streaming source), :mod:`~quasar.spark.writer`
 (sink and its exactly-once contract), :mod:`~quasar.spark.schema` (read schema), and
-:mod:`~quasar.spark._client`, the only module that talks to the broker (today through the official
-``pulsar-client``; Quasar's own client replaces that one file).
+:mod:`~quasar.spark._client`, the only module that talks to the broker (through Quasar's own client,
+:mod:`quasar.client`, and the admin REST API), with :mod:`~quasar.spark.passthrough` for its client options.
 
 Needs pyspark >= 4.0 and pyarrow; importing this package imports pyspark.
 """

@@ -1,30 +1,37 @@
-"""The one module that talks to the broker: an adapter over the official ``pulsar-client`` (C++ core) and the
-admin REST API. Quasar's own client (issue 5) replaces this file alone; the rest of :mod:`quasar.spark` sees
-only :class:`BrokerClient`, :class:`TopicProducer` and the tuples they yield.
+"""The one module that talks to the broker: an adapter over Quasar's own client (:mod:`quasar.client`, the
+blocking :class:`quasar.client.Client`) and the admin REST API. The rest of :mod:`quasar.spark` sees only
+:class:`BrokerClient`, :class:`TopicProducer` and the tuples they yield.
 
 What goes over which channel:
 
-| need                          | how                                                                    |
-|-------------------------------|------------------------------------------------------------------------|
-| partitions of a topic         | admin ``GET /admin/v2/persistent/{tenant}/{ns}/{topic}/partitions``     |
-| does a topic exist            | admin ``GET .../{topic}/lastMessageId`` (404: none; never auto-creates) |
-| last message id               | admin ``GET .../lastMessageId`` (see below)                            |
-| topics of a namespace         | admin ``GET /admin/v2/persistent/{tenant}/{ns}`` and ``.../partitioned`` |
-| read a range                  | binary protocol: a non-durable Reader per topic partition              |
-| first message at/after a time | Reader ``seek(publish time ms)``                                       |
-| write                         | binary protocol: a Producer per (task, topic)                          |
+| need                          | how                                                                      |
+|-------------------------------|--------------------------------------------------------------------------|
+| partitions of a topic         | admin ``GET /admin/v2/persistent/{tenant}/{ns}/{topic}/partitions``       |
+| does a topic exist            | admin ``GET .../{topic}/lastMessageId`` (404: none; never auto-creates)   |
+| last message id               | admin ``GET .../lastMessageId`` (see below)                              |
+| topics of a namespace         | admin ``GET /admin/v2/persistent/{tenant}/{ns}`` and ``.../partitioned``   |
+| read a range                  | binary protocol: a non-durable Reader per topic partition, drained in    |
+|                               | chunks (``batch_receive`` on the reader's consumer, one loop round trip   |
+|                               | per chunk, not per message)                                              |
+| end of the last entry         | the batch size carried in each MessageId; ``has_message_available``      |
+|                               | (GET_LAST_MESSAGE_ID) only when it is unknown                            |
+| first message at/after a time | Reader ``seek(publish time ms)``                                         |
+| move a retention subscription | binary protocol: Exclusive consumer, ``acknowledge_cumulative``, close   |
+| write                         | binary protocol: a Producer per (task, topic), ``send_async``            |
 
-The last message id comes from the admin API because the official Python ``Reader`` does not expose
-GET_LAST_MESSAGE_ID and a ``Consumer`` would need a durable subscription; Quasar's client will send
-GET_LAST_MESSAGE_ID on the reader instead.
+The last message id and the existence check stay on the admin API: :class:`quasar.client.Reader` does not
+expose GET_LAST_MESSAGE_ID (only its internal consumer does, through a subscription), and any reader or
+consumer would SUBSCRIBE, which auto-creates a missing topic; one admin GET answers both needs at once.
 
-Clients are cached per process (executor Python workers are reused across tasks, reference/spark.md §1.3).
+Clients are cached per process (executor Python workers are reused across tasks, reference/spark.md §1.3);
+the cache key includes the process id, so a forked worker never reuses its parent's event-loop thread.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import urllib.error
 import urllib.request
@@ -32,6 +39,17 @@ from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import quote
 
+from quasar.client import (
+    EARLIEST as EARLIEST_ID,
+)
+from quasar.client import (
+    Client,
+    ClientError,
+    ConsumerType,
+    InitialPosition,
+    MessageId,
+    ReceiveTimeoutError,
+)
 from quasar.spark.errors import (
     BrokerUnavailableError,
     DataLossError,
@@ -39,6 +57,7 @@ from quasar.spark.errors import (
     SinkWriteError,
     TopicNotFoundError,
 )
+from quasar.spark.passthrough import CLIENT_PARAMS, PRODUCER_PARAMS, READER_PARAMS, convert
 from quasar.spark.positions import EARLIEST, ENTRY_END, Position, partition_index, position_before
 
 __all__ = ["BrokerClient", "RawMessage", "TopicProducer"]
@@ -49,91 +68,57 @@ log = logging.getLogger("quasar.spark")
 #: unset), properties dict, redelivery count, serialized MessageId bytes).
 RawMessage = tuple[Any, bytes, int, int, int, int, int, dict, int, bytes]
 
-_CLIENTS: dict[tuple, Any] = {}
+_CLIENTS: dict[tuple, Client] = {}
 _CLIENTS_LOCK = threading.Lock()
 
+#: Messages taken from a reader per loop round trip at most (its receiver queue bounds it too).
+_CHUNK = 1000
 
-def _pulsar():
+
+def _varint(value: int) -> bytes:
+    """Protobuf varint of a uint64 (negative int32/int64 as their 64-bit two's complement, as protobuf does)."""
+    value &= _U64
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+_U64 = (1 << 64) - 1
+#: ``batch_index`` field (4) bytes per index, built on first use (batch indexes repeat in every entry).
+_BATCH_FIELD: dict[int, bytes] = {}
+
+
+def _id_prefix(ledger: int, entry: int, partition: int) -> bytes:
+    """``MessageIdData`` fields 1-3 (ledgerId, entryId, partition unless -1)."""
+    head = b"\x08" + _varint(ledger) + b"\x10" + _varint(entry)
+    return head if partition == -1 else head + b"\x18" + _varint(partition)
+
+
+def _serialized_id(prefix: bytes, batch: int, size_field: bytes) -> bytes:
+    """``MessageIdData`` bytes, byte for byte those of ``quasar.client.MessageId.serialize()`` and the C++
+    ``MessageId::serialize``: ``prefix`` from :func:`_id_prefix`, then batch_index (4) unless -1, then
+    ``size_field`` (batch_size (6) unless 0, see :func:`_size_field`). Built per entry and per index, not
+    through a protobuf object per message."""
+    if batch == -1:
+        return prefix + size_field
+    field = _BATCH_FIELD.get(batch)
+    if field is None:
+        field = _BATCH_FIELD[batch] = b"\x20" + _varint(batch)
+    return prefix + field + size_field
+
+
+def _size_field(size: int) -> bytes:
+    return b"" if size == 0 else b"\x30" + _varint(size)
+
+
+def _close(reader: Any, topic_partition: str) -> None:
     try:
-        import pulsar
-    except ImportError as exc:  # pragma: no cover - the demo extra is a dependency of the connector
-        raise OptionError(
-            "the 'pulsar-client' package is needed by quasar.spark; pip install pulsar-client"
-        ) from exc
-    return pulsar
-
-
-# ---------------------------------------------------------------------------------------------------------
-# passthrough options: lower-cased names (Spark lower-cases option keys) -> pulsar-client keyword and type
-# ---------------------------------------------------------------------------------------------------------
-def _norm(name: str) -> str:
-    return name.replace("_", "").replace(".", "").replace("-", "").lower()
-
-
-_CLIENT_PARAMS = {
-    "operationtimeoutseconds": ("operation_timeout_seconds", int),
-    "connectiontimeoutms": ("connection_timeout_ms", int),
-    "iothreads": ("io_threads", int),
-}
-_READER_PARAMS = {
-    "receiverqueuesize": ("receiver_queue_size", int),
-    "readername": ("reader_name", str),
-    "subscriptionroleprefix": ("subscription_role_prefix", str),
-    "readcompacted": ("is_read_compacted", bool),
-    "isreadcompacted": ("is_read_compacted", bool),
-}
-_PRODUCER_PARAMS = {
-    "sendtimeoutmillis": ("send_timeout_millis", int),
-    "sendtimeoutms": ("send_timeout_millis", int),
-    "compressiontype": ("compression_type", "CompressionType"),
-    "maxpendingmessages": ("max_pending_messages", int),
-    "maxpendingmessagesacrosspartitions": ("max_pending_messages_across_partitions", int),
-    "blockifqueuefull": ("block_if_queue_full", bool),
-    "batchingenabled": ("batching_enabled", bool),
-    "enablebatching": ("batching_enabled", bool),
-    "batchingmaxmessages": ("batching_max_messages", int),
-    "batchingmaxallowedsizeinbytes": ("batching_max_allowed_size_in_bytes", int),
-    "batchingmaxpublishdelayms": ("batching_max_publish_delay_ms", int),
-    "chunkingenabled": ("chunking_enabled", bool),
-    "messageroutingmode": ("message_routing_mode", "PartitionsRoutingMode"),
-    "lazystartpartitionedproducers": ("lazy_start_partitioned_producers", bool),
-    "batchingtype": ("batching_type", "BatchingType"),
-}
-
-
-def _convert(conf: tuple[tuple[str, str], ...], table: dict, prefix: str) -> dict[str, Any]:
-    """Map passthrough pairs to pulsar-client keyword arguments; OptionError for unknown keys or values."""
-    out: dict[str, Any] = {}
-    for key, raw in conf:
-        entry = table.get(_norm(key))
-        if entry is None:
-            valid = ", ".join(sorted({prefix + name for name in table}))
-            raise OptionError(f"unknown option {prefix + key!r}; valid: {valid}")
-        name, kind = entry
-        text = str(raw).strip()
-        try:
-            if kind is bool:
-                if text.lower() not in ("true", "false"):
-                    raise ValueError("expected true or false")
-                value: Any = text.lower() == "true"
-            elif kind is int:
-                value = int(text)
-            elif kind is str:
-                value = text
-            else:
-                enum = getattr(_pulsar(), kind)
-                members = {k.lower(): v for k, v in enum.__members__.items()}
-                if text.lower() not in members:
-                    raise ValueError(f"expected one of {', '.join(enum.__members__)}")
-                value = members[text.lower()]
-        except ValueError as exc:
-            raise OptionError(f"option {prefix + key!r}: bad value {raw!r}: {exc}") from None
-        out[name] = value
-    return out
-
-
-def _is_timeout(exc: BaseException) -> bool:
-    return type(exc).__name__ == "Timeout"
+        reader.close()
+    except ClientError as exc:
+        log.info("closing the reader on %s: %s", topic_partition, exc)
 
 
 class BrokerClient:
@@ -157,20 +142,25 @@ class BrokerClient:
         self.admin_url = admin_url
         self.client_conf = client_conf
         self.timeout_s = timeout_s
-        self._client_kwargs = _convert(client_conf, _CLIENT_PARAMS, "quasar.client.")
+        self._client_kwargs = convert(client_conf, CLIENT_PARAMS, "quasar.client.")
 
     # ------------------------------------------------------------------ plumbing
-    def client(self) -> Any:
-        """The process-wide ``pulsar.Client`` for this URL and configuration (created on first use)."""
-        key = (self.service_url, self.client_conf)
+    def client(self) -> Client:
+        """The process-wide :class:`quasar.client.Client` for this URL and configuration (created on first
+        use; BrokerUnavailableError / OptionError if it cannot be)."""
+        key = (os.getpid(), self.service_url, self.client_conf)
         with _CLIENTS_LOCK:
             existing = _CLIENTS.get(key)
             if existing is None:
-                pulsar = _pulsar()
                 kwargs = {"operation_timeout_seconds": 30, **self._client_kwargs}
-                quiet = logging.getLogger("quasar.spark.pulsar-client")
-                quiet.setLevel(logging.ERROR)
-                existing = _CLIENTS[key] = pulsar.Client(self.service_url, logger=quiet, **kwargs)
+                try:
+                    existing = _CLIENTS[key] = Client(self.service_url, **kwargs)
+                except (TypeError, ValueError) as exc:
+                    raise OptionError(f"bad client option (quasar.client.*): {exc}") from None
+                except ClientError as exc:
+                    raise BrokerUnavailableError(
+                        f"cannot connect to {self.service_url} (option 'service.url'): {exc}"
+                    ) from exc
             return existing
 
     def _admin(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
@@ -258,17 +248,18 @@ class BrokerClient:
     def _reader(
         self, topic_partition: str, start: Position, reader_conf: tuple, *, inclusive_entry: bool
     ) -> Any:
-        pulsar = _pulsar()
-        kwargs = {"receiver_queue_size": 2000, **_convert(reader_conf, _READER_PARAMS, "quasar.reader.")}
-        if start.is_earliest:
-            message_id = pulsar.MessageId.earliest
-        else:
-            message_id = pulsar.MessageId(-1, start.ledger_id, max(start.entry_id, 0), -1)
+        """A non-durable :class:`quasar.client.Reader` at ``start``'s entry (OptionError for bad
+        ``quasar.reader.*`` values, BrokerUnavailableError when it cannot be opened)."""
+        kwargs = {"receiver_queue_size": 2000, **convert(reader_conf, READER_PARAMS, "quasar.reader.")}
+        message_id = EARLIEST_ID if start.is_earliest else MessageId(start.ledger_id, max(start.entry_id, 0))
+        client = self.client()
         try:
-            return self.client().create_reader(
+            return client.create_reader(
                 topic_partition, message_id, start_message_id_inclusive=inclusive_entry, **kwargs
             )
-        except pulsar.PulsarException as exc:
+        except (TypeError, ValueError) as exc:
+            raise OptionError(f"bad reader option (quasar.reader.*): {exc}") from None
+        except ClientError as exc:
             raise BrokerUnavailableError(
                 f"cannot open a reader on {topic_partition} at {self.service_url} (option 'service.url'): {exc}"
             ) from exc
@@ -287,71 +278,91 @@ class BrokerClient:
 
         The reader starts at ``start``'s entry *inclusive* and drops what was already consumed, so the first
         message received proves the start was still there: if it is not ``start``'s entry (or entry 0 of
-        ``start``'s ledger for a position before an entry 0), the range between was trimmed.
+        ``start``'s ledger for a position before an entry 0), the range between was trimmed. Messages are
+        taken from the reader's queue in chunks of up to 1000, one hop to the client's event loop per chunk.
 
         Raises:
             DataLossError: the start was trimmed, or no message arrived for ``poll_timeout_ms`` before ``end``
                 was reached (only when ``fail_on_data_loss``; otherwise a warning is logged and reading stops
                 or goes on past the gap).
-            BrokerUnavailableError: the reader cannot be opened.
+            BrokerUnavailableError: the reader cannot be opened or fails.
         """
         if end.key <= start.key:
             return
         reader = self._reader(topic_partition, start, reader_conf, inclusive_entry=True)
-        raw_reader = reader._reader  # the C++ reader: skips the Python wrapper per message
-        start_key, end_key, end_entry = start.key, end.key, (end.ledger_id, end.entry_id)
+        # read_batch takes every queued message in one loop round trip (read_next would make one per message).
+        _, partition = partition_index(topic_partition)
+        start_key, end_key = start.key, end.key
+        start_entry, end_entry = start_key[:2], end_key[:2]
         expect = None if start.is_earliest else (start.ledger_id, max(start.entry_id, 0))
+        cur_ledger = cur_entry = None  # entry of the previous message: per-entry work is done once per entry
+        at_start = at_end = False
+        prefix = size_field = b""
+        size = 0
         try:
             while True:
                 try:
-                    msg = raw_reader.read_next(poll_timeout_ms)
-                except Exception as exc:
-                    if not _is_timeout(exc):
-                        raise BrokerUnavailableError(f"reading {topic_partition} failed: {exc}") from exc
+                    chunk = reader.read_batch(_CHUNK, poll_timeout_ms)
+                except ClientError as exc:
+                    raise BrokerUnavailableError(f"reading {topic_partition} failed: {exc}") from exc
+                if not chunk:
                     text = (
                         f"{topic_partition}: no message for {poll_timeout_ms} ms (option 'pollTimeoutMs') "
                         f"before the end position {end} was reached"
                     )
                     if fail_on_data_loss:
-                        raise DataLossError(text + "; set failOnDataLoss=false to skip") from None
+                        raise DataLossError(text + "; set failOnDataLoss=false to skip")
                     log.warning("%s; skipping the rest of the range", text)
                     return
-                mid = msg.message_id()
-                ledger, entry, batch = mid.ledger_id(), mid.entry_id(), mid.batch_index()
-                if expect is not None:
-                    if (ledger, entry) != expect:
-                        text = (
-                            f"{topic_partition}: messages after {start} are gone (first readable message is "
-                            f"{ledger}:{entry}:{batch}); they were trimmed or the topic was recreated"
-                        )
-                        if fail_on_data_loss:
-                            raise DataLossError(text + "; set failOnDataLoss=false to skip them")
-                        log.warning("%s; skipping them", text)
-                    expect = None
-                key = (ledger, entry, batch if batch >= 0 else ENTRY_END)
-                if key <= start_key:
-                    continue
-                if key > end_key:
-                    return
-                partition_key = msg.partition_key()
-                yield (
-                    partition_key or None,
-                    msg.data(),
-                    ledger,
-                    entry,
-                    batch,
-                    msg.publish_timestamp(),
-                    msg.event_timestamp(),
-                    msg.properties(),
-                    msg.redelivery_count(),
-                    mid.serialize(),
-                )
-                if key >= end_key:
-                    return
-                if (ledger, entry) == end_entry and not raw_reader.has_message_available():
-                    return  # end's entry is done (a 1-message batch entry may be reported with batch -1)
+                last = chunk[-1]
+                for msg in chunk:
+                    mid = msg.message_id()
+                    ledger, entry, batch = mid.ledger_id, mid.entry_id, mid.batch_index
+                    if entry != cur_entry or ledger != cur_ledger:
+                        cur_ledger, cur_entry = ledger, entry
+                        current = (ledger, entry)
+                        if expect is not None:
+                            if current != expect:
+                                text = (
+                                    f"{topic_partition}: messages after {start} are gone (first readable "
+                                    f"message is {ledger}:{entry}:{batch}); they were trimmed or the topic "
+                                    "was recreated"
+                                )
+                                if fail_on_data_loss:
+                                    raise DataLossError(text + "; set failOnDataLoss=false to skip them")
+                                log.warning("%s; skipping them", text)
+                            expect = None
+                        if current > end_entry:
+                            return
+                        at_start, at_end = current <= start_entry, current == end_entry
+                        size = mid.batch_size
+                        prefix, size_field = _id_prefix(ledger, entry, partition), _size_field(size)
+                    if at_start and (ledger, entry, batch if batch >= 0 else ENTRY_END) <= start_key:
+                        continue
+                    if at_end and (ledger, entry, batch if batch >= 0 else ENTRY_END) > end_key:
+                        return
+                    yield (
+                        msg.partition_key() or None,
+                        msg.data(),
+                        ledger,
+                        entry,
+                        batch,
+                        msg.publish_timestamp(),
+                        msg.event_timestamp(),
+                        msg.properties(),
+                        msg.redelivery_count(),
+                        _serialized_id(prefix, batch, size_field),
+                    )
+                    if at_end:
+                        # end's entry is done at end's message or at the entry's last one: the batch size
+                        # tells, else (size unknown) ask the broker whether anything follows once the chunk is
+                        # used up (a later message there would be past the end anyway)
+                        if batch < 0 or (size > 0 and batch >= size - 1) or batch == end.batch_index:
+                            return
+                        if size <= 0 and msg is last and not reader.has_message_available():
+                            return
         finally:
-            reader.close()
+            _close(reader, topic_partition)
 
     def position_at_time(
         self, topic_partition: str, publish_time_ms: int, poll_timeout_ms: int = 5000
@@ -364,16 +375,14 @@ class BrokerClient:
         reader = self._reader(topic_partition, EARLIEST, (), inclusive_entry=True)
         try:
             reader.seek(int(publish_time_ms))
-            try:
-                msg = reader._reader.read_next(poll_timeout_ms)
-            except Exception as exc:
-                if _is_timeout(exc):
-                    return last
-                raise BrokerUnavailableError(f"seeking {topic_partition} by time failed: {exc}") from exc
-            mid = msg.message_id()
-            return position_before(mid.ledger_id(), mid.entry_id(), mid.batch_index())
+            mid = reader.read_next(poll_timeout_ms).message_id()
+        except ReceiveTimeoutError:
+            return last
+        except ClientError as exc:
+            raise BrokerUnavailableError(f"seeking {topic_partition} by time failed: {exc}") from exc
         finally:
-            reader.close()
+            _close(reader, topic_partition)
+        return position_before(mid.ledger_id, mid.entry_id, mid.batch_index)
 
     def peek_position(
         self, topic_partition: str, start: Position, end: Position, count: int, poll_timeout_ms: int
@@ -393,17 +402,17 @@ class BrokerClient:
 
     @staticmethod
     def position_of_serialized(raw: bytes) -> tuple[int, int, int, int]:
-        """``(partition, ledgerId, entryId, batchIndex)`` of a serialized MessageId (the ``messageId`` column).
+        """``(partition, ledgerId, entryId, batchIndex)`` of a serialized MessageId (the ``messageId`` column;
+        the official client's ``MessageId.serialize()`` bytes are the same format).
 
         Raises:
             OptionError: the bytes are not a serialized MessageId.
         """
-        pulsar = _pulsar()
         try:
-            mid = pulsar.MessageId.deserialize(raw)
+            mid = MessageId.deserialize(bytes(raw))
         except Exception as exc:
             raise OptionError(f"{raw!r} is not a serialized MessageId: {exc}") from None
-        return mid.partition(), mid.ledger_id(), mid.entry_id(), mid.batch_index()
+        return mid.partition, mid.ledger_id, mid.entry_id, mid.batch_index
 
     # ------------------------------------------------------------------ retention (driver)
     def advance_subscription(self, topic_partition: str, subscription: str, position: Position) -> None:
@@ -412,20 +421,19 @@ class BrokerClient:
         what it no longer has to keep. The consumer is closed at once, which flushes the ack (the client
         groups acks, and the Spark process running ``commit`` may be killed any time). Best effort: failures
         are logged, never raised (the stream's positions live in Spark's checkpoint, not here)."""
-        pulsar = _pulsar()
         entry = position.entry_id if position.batch_index < 0 else position.entry_id - 1
         try:
             consumer = self.client().subscribe(
                 topic_partition,
                 subscription,
-                consumer_type=pulsar.ConsumerType.Exclusive,
-                initial_position=pulsar.InitialPosition.Earliest,
+                consumer_type=ConsumerType.Exclusive,
+                initial_position=InitialPosition.Earliest,
                 receiver_queue_size=0,  # nothing is dispatched to it: it only acknowledges
             )
             try:
                 if not position.is_earliest and entry >= 0:
                     _, index = partition_index(topic_partition)
-                    consumer.acknowledge_cumulative(pulsar.MessageId(index, position.ledger_id, entry, -1))
+                    consumer.acknowledge_cumulative(MessageId(position.ledger_id, entry, index, -1))
             finally:
                 consumer.close()
         except Exception as exc:
@@ -435,23 +443,29 @@ class BrokerClient:
 
     # ------------------------------------------------------------------ writing (executors)
     def producer(self, topic: str, producer_conf: tuple, producer_name: str | None = None) -> TopicProducer:
-        """A producer on ``topic`` (``quasar.producer.*`` passthrough applied)."""
-        kwargs = _convert(producer_conf, _PRODUCER_PARAMS, "quasar.producer.")
+        """A producer on ``topic`` (``quasar.producer.*`` passthrough applied).
+
+        Raises:
+            OptionError: a passthrough value quasar.client rejects (e.g. chunking together with batching).
+            BrokerUnavailableError: the producer cannot be created.
+        """
+        kwargs = convert(producer_conf, PRODUCER_PARAMS, "quasar.producer.")
         kwargs.setdefault("block_if_queue_full", True)
-        kwargs.setdefault("batching_enabled", True)
+        kwargs.setdefault("batching_enabled", not kwargs.get("chunking_enabled", False))
         kwargs.setdefault("batching_max_publish_delay_ms", 5)
         if producer_name is not None:
             kwargs["producer_name"] = producer_name
             if kwargs["batching_enabled"]:
-                # The official C++ client does not carry the caller's sequence ids through a batch (the batch
-                # is judged by one id), so deduplication needs one entry per message. Quasar's own client
-                # will keep batching with highest_sequence_id.
+                # Broker-side deduplication judges a batch entry by one sequence id, so the exactly-once
+                # producer sends one entry per message (its sequence ids are the caller's, per message).
                 log.info("batching is off for the exactly-once producer %s", producer_name)
                 kwargs["batching_enabled"] = False
-        pulsar = _pulsar()
+        client = self.client()
         try:
-            return TopicProducer(self.client().create_producer(topic, **kwargs), topic)
-        except pulsar.PulsarException as exc:
+            return TopicProducer(client.create_producer(topic, **kwargs), topic)
+        except (TypeError, ValueError) as exc:
+            raise OptionError(f"bad producer option (quasar.producer.*): {exc}") from None
+        except ClientError as exc:
             raise BrokerUnavailableError(
                 f"cannot create a producer on {topic} at {self.service_url} (option 'service.url'): {exc}"
             ) from exc
@@ -461,19 +475,20 @@ class TopicProducer:
     """One producer; :meth:`send` is asynchronous, :meth:`flush` waits for every receipt and raises the first
     failure as SinkWriteError."""
 
-    __slots__ = ("_failures", "_ok", "_producer", "_send", "sent", "topic")
+    __slots__ = ("_callback", "_failures", "_producer", "_send", "sent", "topic")
 
     def __init__(self, producer: Any, topic: str) -> None:
         self._producer = producer
         self._send: Callable = producer.send_async
-        self._ok = _pulsar().Result.Ok
         self._failures: list[str] = []
+        self._callback = self._on_receipt
         self.topic = topic
         self.sent = 0
 
-    def _callback(self, result: Any, _message_id: Any) -> None:
-        if result != self._ok:
-            self._failures.append(str(result))
+    def _on_receipt(self, error: Any, _message_id: Any) -> None:
+        # quasar.client passes None on success, else the ClientError (the loop thread runs this)
+        if error is not None:
+            self._failures.append(str(error))
 
     def send(
         self,
@@ -483,7 +498,11 @@ class TopicProducer:
         event_time_ms: int | None,
         sequence_id: int | None,
     ) -> None:
-        """Queue one message (value bytes, key, properties, event time ms, sequence id or None)."""
+        """Queue one message (value bytes, key, properties, event time ms, sequence id or None).
+
+        Raises:
+            SinkWriteError: the message is refused before sending (bad value type, producer closed).
+        """
         kwargs: dict[str, Any] = {}
         if key is not None:
             kwargs["partition_key"] = key
@@ -493,7 +512,10 @@ class TopicProducer:
             kwargs["event_timestamp"] = event_time_ms
         if sequence_id is not None:
             kwargs["sequence_id"] = sequence_id
-        self._send(value, self._callback, **kwargs)
+        try:
+            self._send(value, self._callback, **kwargs)
+        except (TypeError, ValueError, ClientError) as exc:
+            raise SinkWriteError(f"cannot send a message to {self.topic}: {exc}") from exc
         self.sent += 1
 
     def flush(self) -> None:

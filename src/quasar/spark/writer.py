@@ -26,8 +26,9 @@ message whose sequence id is not above the last one it persisted for that produc
 a batch that Spark replays after a query restart (Spark replays the same batch id with the same rows), is
 written once. Requirements: a deterministic plan (a replayable source such as ``quasar``; no
 nondeterministic ``repartition()``), ``spark.speculation=false`` (the default), fewer than 2**32 - 1 rows per task,
-batch ids below 2**31. With the official ``pulsar-client`` underneath, these producers send one message per
-entry (no batching): the C++ client does not carry per-message sequence ids through a batch. Without
+batch ids below 2**31. These producers send one message per entry (no
+batching): broker deduplication judges an entry by its sequence id range, so a replayed message is dropped
+exactly when it is an entry of its own. Without
 deduplication on the topic, the sink is at-least-once. Batch writes
 (``df.write``) are at-least-once: they have no batch id to derive sequence ids from.
 """
