@@ -122,83 +122,51 @@ def _store(directory: Path, flush: FlushDiskType, segment_mib: int) -> MessageSt
     return store
 
 
-async def run_async(directory: Path, size: int, count: int, segment_mib: int) -> Row:
+async def run_async(directory: Path, size: int, count: int, segment_mib: int, batch: int = 0) -> Row:
+    """ASYNC_FLUSH: ``count`` bodies appended in a loop (``put``, or ``put_batch`` of ``batch`` bodies), then the
+    final ``flush()``."""
     store = _store(directory, FlushDiskType.ASYNC_FLUSH, segment_mib)
     await store.start()
     body = os.urandom(size)
-    put = store.put
     loop = asyncio.get_running_loop()
-    started = time.perf_counter()
-    for _ in range(count):
-        result = put(TOPIC, 0, body)
-    await loop.run_in_executor(None, store.flush)
-    elapsed = time.perf_counter() - started
-    assert result.status is PutStatus.PUT_OK, result
-    log_bytes = store.max_commit_log_offset - store.min_commit_log_offset
-    await store.close()
-    return Row(f"ASYNC {size} B", count, elapsed, size * count, log_bytes)
-
-
-async def run_sync(directory: Path, size: int, count: int, producers: int, segment_mib: int) -> Row:
-    store = _store(directory, FlushDiskType.SYNC_FLUSH, segment_mib)
-    await store.start()
-    body = os.urandom(size)
-    per_producer = count // producers
-
-    async def producer(queue_id: int) -> None:
-        put_and_wait = store.put_and_wait
-        for _ in range(per_producer):
-            result = await put_and_wait(TOPIC, queue_id, body)
-            if result.status is not PutStatus.PUT_OK:
-                raise RuntimeError(result)
-
-    started = time.perf_counter()
-    await asyncio.gather(*(producer(i % 8) for i in range(producers)))
-    elapsed = time.perf_counter() - started
-    log_bytes = store.max_commit_log_offset - store.min_commit_log_offset
-    rounds = store.statistics().group_commit_rounds
-    await store.close()
-    row = Row(
-        f"SYNC {size} B x{producers}",
-        per_producer * producers,
-        elapsed,
-        size * per_producer * producers,
-        log_bytes,
-    )
-    row.case += f" ({row.appends / max(rounds, 1):.0f}/fsync)"
-    return row
-
-
-async def run_async_batch(directory: Path, size: int, count: int, batch: int, segment_mib: int) -> Row:
-    store = _store(directory, FlushDiskType.ASYNC_FLUSH, segment_mib)
-    await store.start()
-    bodies = [os.urandom(size)] * batch
-    put_batch = store.put_batch
-    loop = asyncio.get_running_loop()
-    rounds = max(1, count // batch)
+    if batch:
+        rounds, append, args = max(1, count // batch), store.put_batch, (TOPIC, 0, [body] * batch)
+    else:
+        rounds, append, args = count, store.put, (TOPIC, 0, body)
     started = time.perf_counter()
     for _ in range(rounds):
-        result = put_batch(TOPIC, 0, bodies)
+        result = append(*args)
     await loop.run_in_executor(None, store.flush)
     elapsed = time.perf_counter() - started
     assert result.status is PutStatus.PUT_OK, result
     log_bytes = store.max_commit_log_offset - store.min_commit_log_offset
     await store.close()
-    return Row(f"ASYNC {size} B batch{batch}", rounds * batch, elapsed, size * rounds * batch, log_bytes)
+    appends = rounds * (batch or 1)
+    return Row(
+        f"ASYNC {size} B" + (f" batch{batch}" if batch else ""), appends, elapsed, size * appends, log_bytes
+    )
 
 
-async def run_sync_batch(
-    directory: Path, size: int, count: int, batch: int, producers: int, segment_mib: int
+async def run_sync(
+    directory: Path, size: int, count: int, producers: int, segment_mib: int, batch: int = 0
 ) -> Row:
+    """SYNC_FLUSH: ``producers`` tasks, each awaiting ``put_and_wait`` (or ``put_batch_and_wait`` of ``batch``
+    bodies) in a loop until ``count`` bodies are written in all."""
     store = _store(directory, FlushDiskType.SYNC_FLUSH, segment_mib)
     await store.start()
-    bodies = [os.urandom(size)] * batch
-    per_producer = max(1, count // producers // batch)
+    body = os.urandom(size)
+    if batch:
+        per_producer, append, payload = (
+            max(1, count // producers // batch),
+            store.put_batch_and_wait,
+            [body] * batch,
+        )
+    else:
+        per_producer, append, payload = count // producers, store.put_and_wait, body
 
     async def producer(queue_id: int) -> None:
-        put_batch_and_wait = store.put_batch_and_wait
         for _ in range(per_producer):
-            result = await put_batch_and_wait(TOPIC, queue_id, bodies)
+            result = await append(TOPIC, queue_id, payload)
             if result.status is not PutStatus.PUT_OK:
                 raise RuntimeError(result)
 
@@ -208,8 +176,9 @@ async def run_sync_batch(
     log_bytes = store.max_commit_log_offset - store.min_commit_log_offset
     rounds = store.statistics().group_commit_rounds
     await store.close()
-    appends = per_producer * producers * batch
-    row = Row(f"SYNC {size} B batch{batch} x{producers}", appends, elapsed, size * appends, log_bytes)
+    appends = per_producer * producers * (batch or 1)
+    name = f"SYNC {size} B" + (f" batch{batch}" if batch else "") + f" x{producers}"
+    row = Row(name, appends, elapsed, size * appends, log_bytes)
     row.case += f" ({row.appends / max(rounds, 1):.0f}/fsync)"
     return row
 
@@ -257,9 +226,9 @@ def main(
                 elif case == "sync":
                     row = asyncio.run(run_sync(case_dir, size, count // 4, producers, segment_mib))
                 elif case == "async-batch":
-                    row = asyncio.run(run_async_batch(case_dir, size, count, batch, segment_mib))
+                    row = asyncio.run(run_async(case_dir, size, count, segment_mib, batch))
                 else:
-                    row = asyncio.run(run_sync_batch(case_dir, size, count, batch, producers, segment_mib))
+                    row = asyncio.run(run_sync(case_dir, size, count, producers, segment_mib, batch))
                 rows.append(row)
                 shutil.rmtree(case_dir, ignore_errors=True)
                 console.print(f"{row.case}: {row.appends_per_s:,.0f} appends/s, {row.log_mb_s:,.1f} MB/s")
