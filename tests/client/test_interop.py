@@ -14,6 +14,8 @@ import pulsar
 import pytest
 
 import quasar.client as qc
+from tests.interop.helpers import new_client as official
+from tests.interop.helpers import topic_name
 
 pytestmark = pytest.mark.interop
 
@@ -24,18 +26,6 @@ COMPRESSIONS = [
     (qc.CompressionType.ZSTD, pulsar.CompressionType.ZSTD),
     (qc.CompressionType.SNAPPY, pulsar.CompressionType.SNAPPY),
 ]
-
-
-def topic_name(prefix: str = "c") -> str:
-    return f"persistent://public/default/{prefix}-{uuid.uuid4().hex[:10]}"
-
-
-def official(broker) -> pulsar.Client:
-    return pulsar.Client(
-        broker.service_url,
-        operation_timeout_seconds=15,
-        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
-    )
 
 
 def ours(broker) -> qc.Client:
@@ -66,7 +56,7 @@ def test_our_producer_to_official_consumer_plain_and_batched_with_every_compress
     mine, theirs = clients
     for ours_compression, _ in COMPRESSIONS:
         for batching in (False, True):
-            topic = topic_name()
+            topic = topic_name("c")
             consumer = theirs.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
             producer = mine.create_producer(
                 topic, batching_enabled=batching, compression_type=ours_compression
@@ -96,7 +86,7 @@ def test_official_producer_to_our_consumer_plain_and_batched_with_every_compress
     mine, theirs = clients
     for _, their_compression in COMPRESSIONS:
         for batching in (False, True):
-            topic = topic_name()
+            topic = topic_name("c")
             consumer = mine.subscribe(topic, "s", initial_position=qc.InitialPosition.Earliest)
             producer = theirs.create_producer(
                 topic, batching_enabled=batching, compression_type=their_compression
@@ -339,18 +329,18 @@ def test_bad_input_raises_documented_errors(broker, clients):
         mine.create_producer("t", max_pending_messages=0)
     with pytest.raises(TypeError, match="unknown ProducerConfig option"):
         mine.create_producer("t", no_such_option=1)
-    producer = mine.create_producer(topic_name(), max_pending_messages=1, send_timeout_millis=0)
+    producer = mine.create_producer(topic_name("c"), max_pending_messages=1, send_timeout_millis=0)
     with pytest.raises(TypeError, match="content"):
         producer.send(1234)
     producer.close()
     with pytest.raises(qc.AlreadyClosedError):
         producer.send(b"x")
-    consumer = mine.subscribe(topic_name(), "s")
+    consumer = mine.subscribe(topic_name("c"), "s")
     with pytest.raises(qc.ReceiveTimeoutError):
         consumer.receive(50)
     with pytest.raises(ValueError, match="timeout_millis"):
         consumer.receive(-1)
-    topic = topic_name()
+    topic = topic_name("c")
     mine.subscribe(topic, "exclusive")
     with pytest.raises(qc.BrokerResponseError) as info:
         mine.subscribe(topic, "exclusive")

@@ -15,6 +15,8 @@ import uuid
 import pulsar
 import pytest
 
+from tests.interop.helpers import new_client, topic_name
+
 pytestmark = pytest.mark.interop
 
 COMPRESSIONS = [
@@ -24,18 +26,6 @@ COMPRESSIONS = [
     pulsar.CompressionType.ZSTD,
     pulsar.CompressionType.SNAPPY,
 ]
-
-
-def new_client(broker) -> pulsar.Client:
-    return pulsar.Client(
-        broker.service_url,
-        operation_timeout_seconds=15,
-        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
-    )
-
-
-def topic_name(prefix: str = "t") -> str:
-    return f"persistent://public/default/{prefix}-{uuid.uuid4().hex[:10]}"
 
 
 def create_partitioned(broker, topic: str, partitions: int) -> None:

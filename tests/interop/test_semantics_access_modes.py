@@ -4,30 +4,19 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import uuid
 
 import pulsar
 import pytest
+
+from tests.interop.helpers import new_client, topic_name
 
 pytestmark = pytest.mark.interop
 
 Mode = pulsar.ProducerAccessMode
 
 
-def new_client(broker) -> pulsar.Client:
-    return pulsar.Client(
-        broker.service_url,
-        operation_timeout_seconds=15,
-        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
-    )
-
-
-def topic_name() -> str:
-    return f"persistent://public/default/access-{uuid.uuid4().hex[:8]}"
-
-
 def test_exclusive_and_shared_producers_exclude_each_other(broker):
-    topic = topic_name()
+    topic = topic_name("access")
     client = new_client(broker)
     try:
         shared = client.create_producer(topic)
@@ -47,7 +36,7 @@ def test_exclusive_and_shared_producers_exclude_each_other(broker):
 
 
 def test_exclusive_with_fencing_takes_over(broker):
-    topic = topic_name()
+    topic = topic_name("access")
     client = new_client(broker)
     try:
         old = client.create_producer(topic, producer_name="old")
@@ -65,7 +54,7 @@ def test_exclusive_with_fencing_takes_over(broker):
 
 
 def test_wait_for_exclusive_gets_the_topic_when_it_is_free(broker):
-    topic = topic_name()
+    topic = topic_name("access")
     client = new_client(broker)
     try:
         holder = client.create_producer(topic, access_mode=Mode.Exclusive)
@@ -88,7 +77,7 @@ def test_max_producers_and_consumers(broker_factory, tmp_path):
     config = tmp_path / "limits.toml"
     config.write_text("max_producers_per_topic = 1\nmax_consumers_per_subscription = 1\n")
     broker = broker_factory(extra_args=("--config", str(config)))
-    topic = topic_name()
+    topic = topic_name("access")
     client = new_client(broker)
     try:
         client.create_producer(topic)

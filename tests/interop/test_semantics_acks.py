@@ -2,24 +2,12 @@
 
 from __future__ import annotations
 
-import uuid
-
 import pulsar
 import pytest
 
+from tests.interop.helpers import new_client, topic_name
+
 pytestmark = pytest.mark.interop
-
-
-def new_client(broker) -> pulsar.Client:
-    return pulsar.Client(
-        broker.service_url,
-        operation_timeout_seconds=15,
-        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
-    )
-
-
-def topic_name() -> str:
-    return f"persistent://public/default/acks-{uuid.uuid4().hex[:10]}"
 
 
 def receive_until_timeout(consumer, timeout_ms: int = 1000) -> list:
@@ -42,7 +30,7 @@ def send_batch(client, topic: str, payloads: list[bytes]) -> None:
 
 
 def test_batch_index_acks_persist_and_partial_batches_skip_acked_indexes(broker):
-    topic = topic_name()
+    topic = topic_name("acks")
     client = new_client(broker)
     consumer = client.subscribe(
         topic,
@@ -83,7 +71,7 @@ def test_max_unacked_messages_per_consumer_blocks_until_half_acked(broker_factor
     config = tmp_path / "broker.toml"
     config.write_text("max_unacked_messages_per_consumer = 10\n")
     broker = broker_factory(extra_args=("--config", str(config)))
-    topic = topic_name()
+    topic = topic_name("acks")
     client = new_client(broker)
     try:
         consumer = client.subscribe(
@@ -110,7 +98,7 @@ def test_max_unacked_messages_per_consumer_blocks_until_half_acked(broker_factor
 
 
 def test_closed_consumer_unacked_go_to_the_other_with_redelivery_count(broker):
-    topic = topic_name()
+    topic = topic_name("acks")
     client = new_client(broker)
     try:
         kwargs = dict(
@@ -127,7 +115,7 @@ def test_closed_consumer_unacked_go_to_the_other_with_redelivery_count(broker):
         redelivered = receive_until_timeout(second, 1500)
         assert sorted(int(m.data()) for m in redelivered) == list(range(5))
         # negative acks by message id redeliver with a growing redelivery_count
-        other = topic_name()
+        other = topic_name("acks")
         nack = client.subscribe(other, "n", negative_ack_redelivery_delay_ms=100, **kwargs)
         client.create_producer(other).send(b"nacked")
         message = nack.receive(timeout_millis=10_000)
@@ -143,7 +131,7 @@ def test_dead_letter_producer_creates_its_initial_subscription(broker):
     """CommandProducer.initial_subscription_name (the official client's DeadLetterPolicy) makes the broker
     create that subscription on the DLQ topic at Earliest, so messages dead-lettered before anybody subscribed
     to the DLQ are kept for it (Pulsar ServerCnx.handleProducer)."""
-    topic = topic_name()
+    topic = topic_name("acks")
     dlq = f"{topic}-dlq"
     client = new_client(broker)
     consumer = client.subscribe(

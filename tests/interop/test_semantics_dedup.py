@@ -2,43 +2,14 @@
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
 import uuid
 
 import pulsar
 import pytest
 
+from tests.interop.helpers import admin, new_client, new_namespace
+
 pytestmark = pytest.mark.interop
-
-
-def new_client(broker) -> pulsar.Client:
-    return pulsar.Client(
-        broker.service_url,
-        operation_timeout_seconds=15,
-        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
-    )
-
-
-def admin(broker, method: str, path: str, body=None) -> tuple[int, object]:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(
-        f"{broker.admin_url}{path}", data=data, method=method, headers={"Content-Type": "application/json"}
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            text = resp.read().decode()
-            return resp.status, (json.loads(text) if text else None)
-    except urllib.error.HTTPError as exc:
-        with exc:
-            return exc.code, json.loads(exc.read().decode() or "null")
-
-
-def new_namespace(broker) -> str:
-    namespace = f"public/dedup-{uuid.uuid4().hex[:8]}"
-    assert admin(broker, "PUT", f"/admin/v2/namespaces/{namespace}", {})[0] == 204
-    return namespace
 
 
 def drain(client, topic: str) -> list[bytes]:
@@ -58,7 +29,7 @@ def drain(client, topic: str) -> list[bytes]:
 
 
 def test_namespace_policy_admin_round_trip(broker):
-    namespace = new_namespace(broker)
+    namespace = new_namespace(broker, "dedup")
     assert admin(broker, "GET", f"/admin/v2/namespaces/{namespace}/deduplication") == (200, None)
     assert admin(broker, "POST", f"/admin/v2/namespaces/{namespace}/deduplication", True)[0] == 204
     assert admin(broker, "GET", f"/admin/v2/namespaces/{namespace}/deduplication") == (200, True)
@@ -69,7 +40,7 @@ def test_namespace_policy_admin_round_trip(broker):
 
 @pytest.mark.parametrize("kill", [False, True], ids=["restart", "sigkill"])
 def test_fixed_name_producer_resending_after_restart_doubles_nothing(broker, kill):
-    namespace = new_namespace(broker)
+    namespace = new_namespace(broker, "dedup")
     assert admin(broker, "POST", f"/admin/v2/namespaces/{namespace}/deduplication", True)[0] == 204
     topic = f"persistent://{namespace}/t"
     client = new_client(broker)
@@ -98,7 +69,7 @@ def test_fixed_name_producer_resending_after_restart_doubles_nothing(broker, kil
 
 
 def test_batches_use_highest_sequence_id_and_topic_policy_overrides(broker):
-    namespace = new_namespace(broker)
+    namespace = new_namespace(broker, "dedup")
     topic = f"persistent://{namespace}/batched"
     local = topic.split("://", 1)[1]
     assert admin(broker, "POST", f"/admin/v2/persistent/{local}/deduplicationEnabled", True)[0] == 204

@@ -9,6 +9,8 @@ from datetime import timedelta
 import pulsar
 import pytest
 
+from tests.interop.helpers import new_client
+
 pytestmark = pytest.mark.interop
 
 TICK_MS = 100
@@ -19,14 +21,6 @@ def delayed_broker(broker_factory, tmp_path):
     config = tmp_path / "delayed.toml"
     config.write_text(f"delayed_delivery_tick_time_ms = {TICK_MS}\n")
     return broker_factory(extra_args=("--config", str(config)))
-
-
-def new_client(broker) -> pulsar.Client:
-    return pulsar.Client(
-        broker.service_url,
-        operation_timeout_seconds=15,
-        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
-    )
 
 
 def now_ms() -> int:

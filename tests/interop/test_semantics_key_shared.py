@@ -2,27 +2,16 @@
 
 from __future__ import annotations
 
-import uuid
 from collections import defaultdict
 
 import pulsar
 import pytest
 
+from tests.interop.helpers import new_client, topic_name
+
 pytestmark = pytest.mark.interop
 
 KEY_SHARED = pulsar.ConsumerType.KeyShared
-
-
-def new_client(broker) -> pulsar.Client:
-    return pulsar.Client(
-        broker.service_url,
-        operation_timeout_seconds=15,
-        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
-    )
-
-
-def topic_name() -> str:
-    return f"persistent://public/default/ks-{uuid.uuid4().hex[:10]}"
 
 
 def drain(consumer, timeout_ms: int = 1000, ack: bool = True) -> list:
@@ -54,7 +43,7 @@ def by_key(messages) -> dict[str, list[int]]:
 
 
 def test_auto_split_keeps_each_key_on_one_consumer_in_order(broker):
-    topic = topic_name()
+    topic = topic_name("ks")
     client = new_client(broker)
     try:
         consumers = [
@@ -74,7 +63,7 @@ def test_auto_split_keeps_each_key_on_one_consumer_in_order(broker):
 
 
 def test_sticky_ranges_and_overlap_is_refused(broker):
-    topic = topic_name()
+    topic = topic_name("ks")
     client = new_client(broker)
     try:
 
@@ -95,7 +84,7 @@ def test_sticky_ranges_and_overlap_is_refused(broker):
 
 
 def test_new_consumer_gets_keys_only_after_earlier_deliveries_are_acked(broker):
-    topic = topic_name()
+    topic = topic_name("ks")
     client = new_client(broker)
     try:
         first = client.subscribe(topic, "guard", consumer_type=KEY_SHARED, consumer_name="first")
@@ -119,7 +108,7 @@ def test_new_consumer_gets_keys_only_after_earlier_deliveries_are_acked(broker):
 
 
 def test_allow_out_of_order_delivery_skips_the_guard(broker):
-    topic = topic_name()
+    topic = topic_name("ks")
     client = new_client(broker)
     try:
         policy = pulsar.ConsumerKeySharedPolicy(allow_out_of_order_delivery=True)

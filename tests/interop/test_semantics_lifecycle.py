@@ -3,14 +3,12 @@ quotas (semantics.md B1, B6)."""
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.error
-import urllib.request
-import uuid
 
 import pulsar
 import pytest
+
+from tests.interop.helpers import admin, new_client, new_namespace
 
 pytestmark = pytest.mark.interop
 
@@ -28,34 +26,6 @@ def fast_broker(broker_factory, tmp_path):
     config = tmp_path / "fast.toml"
     config.write_text(FAST)
     return broker_factory(extra_args=("--config", str(config)))
-
-
-def new_client(broker) -> pulsar.Client:
-    return pulsar.Client(
-        broker.service_url,
-        operation_timeout_seconds=15,
-        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
-    )
-
-
-def admin(broker, method: str, path: str, body=None):
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(
-        f"{broker.admin_url}{path}", data=data, method=method, headers={"Content-Type": "application/json"}
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            text = resp.read().decode()
-            return resp.status, (json.loads(text) if text else None)
-    except urllib.error.HTTPError as exc:
-        with exc:
-            return exc.code, json.loads(exc.read().decode() or "null")
-
-
-def new_namespace(broker) -> str:
-    namespace = f"public/life-{uuid.uuid4().hex[:8]}"
-    assert admin(broker, "PUT", f"/admin/v2/namespaces/{namespace}", {})[0] == 204
-    return namespace
 
 
 def wait_for(condition, timeout_s: float = 10.0):
@@ -81,7 +51,7 @@ def consume_all(client, topic: str, count: int) -> None:
 @pytest.mark.parametrize("retain", [False, True], ids=["trimmed", "retained"])
 def test_consumed_ledgers_are_trimmed_unless_retention_keeps_them(fast_broker, retain):
     broker = fast_broker
-    namespace = new_namespace(broker)
+    namespace = new_namespace(broker, "life")
     if retain:
         body = {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1}
         assert admin(broker, "POST", f"/admin/v2/namespaces/{namespace}/retention", body)[0] == 204
@@ -110,7 +80,7 @@ def test_consumed_ledgers_are_trimmed_unless_retention_keeps_them(fast_broker, r
 
 def test_message_ttl_expires_the_backlog(fast_broker):
     broker = fast_broker
-    namespace = new_namespace(broker)
+    namespace = new_namespace(broker, "life")
     assert admin(broker, "POST", f"/admin/v2/namespaces/{namespace}/messageTTL", 1)[0] == 204
     assert admin(broker, "POST", f"/admin/v2/namespaces/{namespace}/messageTTL", -5)[0] == 400
     topic = f"persistent://{namespace}/ttl"
@@ -135,7 +105,7 @@ def test_message_ttl_expires_the_backlog(fast_broker):
 
 def test_backlog_quota_exception_blocks_producers_and_eviction_trims_the_backlog(fast_broker):
     broker = fast_broker
-    namespace = new_namespace(broker)
+    namespace = new_namespace(broker, "life")
     quota = {"limitSize": 1000, "limitTime": -1, "policy": "producer_exception"}
     assert admin(broker, "POST", f"/admin/v2/namespaces/{namespace}/backlogQuota", quota)[0] == 204
     assert admin(broker, "GET", f"/admin/v2/namespaces/{namespace}/backlogQuotaMap")[1] == quota

@@ -4,24 +4,13 @@ from __future__ import annotations
 
 import json
 import urllib.request
-import uuid
 
 import pulsar
 import pytest
 
+from tests.interop.helpers import new_client, topic_name
+
 pytestmark = pytest.mark.interop
-
-
-def new_client(broker) -> pulsar.Client:
-    return pulsar.Client(
-        broker.service_url,
-        operation_timeout_seconds=15,
-        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
-    )
-
-
-def topic_name() -> str:
-    return f"non-persistent://public/default/np-{uuid.uuid4().hex[:10]}"
 
 
 def drain(consumer, timeout_ms: int = 800) -> list:
@@ -42,7 +31,7 @@ def stats(broker, topic: str) -> dict:
 
 
 def test_receipts_and_deliveries_use_id_0_0_and_nothing_is_kept(broker):
-    topic = topic_name()
+    topic = topic_name("np", domain="non-persistent")
     client = new_client(broker)
     try:
         producer = client.create_producer(topic)
@@ -63,7 +52,7 @@ def test_receipts_and_deliveries_use_id_0_0_and_nothing_is_kept(broker):
 
 
 def test_messages_beyond_permits_are_dropped(broker):
-    topic = topic_name()
+    topic = topic_name("np", domain="non-persistent")
     client = new_client(broker)
     try:
         consumer = client.subscribe(topic, "slow", receiver_queue_size=5)
@@ -78,7 +67,7 @@ def test_messages_beyond_permits_are_dropped(broker):
 
 
 def test_shared_subscription_spreads_and_each_subscription_gets_a_copy(broker):
-    topic = topic_name()
+    topic = topic_name("np", domain="non-persistent")
     client = new_client(broker)
     try:
         shared = [

@@ -5,24 +5,13 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-import uuid
 
 import pulsar
 import pytest
 
+from tests.interop.helpers import new_client, topic_name
+
 pytestmark = pytest.mark.interop
-
-
-def new_client(broker) -> pulsar.Client:
-    return pulsar.Client(
-        broker.service_url,
-        operation_timeout_seconds=15,
-        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
-    )
-
-
-def topic_name() -> str:
-    return f"persistent://public/default/pos-{uuid.uuid4().hex[:10]}"
 
 
 def read_all(reader, timeout_ms: int = 800) -> list[bytes]:
@@ -35,7 +24,7 @@ def read_all(reader, timeout_ms: int = 800) -> list[bytes]:
 
 
 def test_reader_start_positions(broker):
-    topic = topic_name()
+    topic = topic_name("pos")
     client = new_client(broker)
     try:
         empty = client.create_reader(topic, pulsar.MessageId.earliest)
@@ -69,7 +58,7 @@ def test_reader_start_positions(broker):
 
 @pytest.mark.timeout(60)  # receive() of a zero-queue consumer takes no timeout in the C++ client
 def test_receiver_queue_size_zero_gets_one_message_per_receive(broker):
-    topic = topic_name()
+    topic = topic_name("pos")
     local = topic.split("://", 1)[1]
     client = new_client(broker)
     try:
@@ -92,7 +81,7 @@ def test_receiver_queue_size_zero_gets_one_message_per_receive(broker):
 
 
 def test_delete_subscription_needs_force_with_consumers(broker):
-    topic = topic_name()
+    topic = topic_name("pos")
     local = topic.split("://", 1)[1]
     client = new_client(broker)
     try:
