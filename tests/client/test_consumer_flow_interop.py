@@ -5,28 +5,20 @@ the broker, and batch-index acks (only the unacked items of a batch come back)."
 from __future__ import annotations
 
 import asyncio
-import json
-import urllib.request
-import uuid
 
 import pulsar
 import pytest
 
 import quasar.client as qc
+from tests.interop.helpers import create_partitioned, topic_name
 
 pytestmark = pytest.mark.interop
 
 
 def _topic(broker, partitions: int = 0) -> str:
-    topic = f"persistent://public/default/flow-{uuid.uuid4().hex[:10]}"
+    topic = topic_name("flow")
     if partitions:
-        request = urllib.request.Request(
-            f"{broker.admin_url}/admin/v2/persistent/{topic.split('://', 1)[1]}/partitions",
-            data=json.dumps(partitions).encode(),
-            method="PUT",
-            headers={"Content-Type": "application/json"},
-        )
-        urllib.request.urlopen(request, timeout=10).close()
+        create_partitioned(broker, topic, partitions)
     return topic
 
 

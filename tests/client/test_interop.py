@@ -4,7 +4,6 @@ dead-letter topic; deduplication across a broker restart mid-stream."""
 
 from __future__ import annotations
 
-import json
 import time
 import urllib.error
 import urllib.request
@@ -14,8 +13,8 @@ import pulsar
 import pytest
 
 import quasar.client as qc
+from tests.interop.helpers import create_partitioned, topic_name
 from tests.interop.helpers import new_client as official
-from tests.interop.helpers import topic_name
 
 pytestmark = pytest.mark.interop
 
@@ -30,18 +29,6 @@ COMPRESSIONS = [
 
 def ours(broker) -> qc.Client:
     return qc.Client(broker.service_url, operation_timeout_seconds=15)
-
-
-def create_partitioned(broker, topic: str, partitions: int) -> None:
-    local = topic.split("persistent://", 1)[1]
-    request = urllib.request.Request(
-        f"{broker.admin_url}/admin/v2/persistent/{local}/partitions",
-        data=json.dumps(partitions).encode(),
-        method="PUT",
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(request, timeout=10) as response:
-        assert response.status == 204
 
 
 @pytest.fixture
@@ -387,10 +374,7 @@ def test_reader_read_batch_takes_queued_messages_in_order_and_across_partitions(
         reader.read_batch(0)
 
     partitioned = topic_name("rbatch-p")
-    admin = (
-        f"{broker.admin_url}/admin/v2/persistent/public/default/{partitioned.rsplit('/', 1)[1]}/partitions"
-    )
-    urllib.request.urlopen(urllib.request.Request(admin, data=b"3", method="PUT"))
+    create_partitioned(broker, partitioned, 3)
     keyed = theirs.create_producer(partitioned, batching_enabled=False)
     for i in range(30):
         keyed.send(f"p{i}".encode(), partition_key=f"k{i}")

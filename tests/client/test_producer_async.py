@@ -8,8 +8,7 @@ import asyncio
 import pytest
 
 import quasar.client as qc
-
-from .test_interop import create_partitioned, topic_name
+from tests.interop.helpers import create_partitioned, topic_name
 
 
 async def test_plain_send_async_respects_max_pending_and_block_if_queue_full(broker):

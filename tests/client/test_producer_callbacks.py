@@ -13,9 +13,11 @@ import pytest
 import quasar.client as qc
 from quasar.client import AsyncClient
 from quasar.protocol import CommandType, commands
+from tests.interop.helpers import create_partitioned, topic_name
+from tests.interop.helpers import new_client as official
 
 from .test_connection import FakeBroker, _standard
-from .test_interop import create_partitioned, official, ours, topic_name
+from .test_interop import ours
 
 
 async def test_callbacks_get_batch_ids_in_order_and_survive_a_reconnect_with_resend():

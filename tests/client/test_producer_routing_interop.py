@@ -11,8 +11,7 @@ import pytest
 
 import quasar.client as qc
 from quasar.client.routing import boost_hash
-
-from .test_interop import create_partitioned, topic_name
+from tests.interop.helpers import create_partitioned, topic_name
 
 pytestmark = pytest.mark.interop
 

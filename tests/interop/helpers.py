@@ -46,3 +46,10 @@ def new_namespace(broker, prefix: str) -> str:
     namespace = f"public/{prefix}-{uuid.uuid4().hex[:8]}"
     assert admin(broker, "PUT", f"/admin/v2/namespaces/{namespace}", {})[0] == 204
     return namespace
+
+
+def create_partitioned(broker, topic: str, partitions: int) -> None:
+    """Create ``topic`` (``persistent://tenant/ns/name``) as a partitioned topic through the admin API."""
+    local = topic.split("persistent://", 1)[1]
+    status, body = admin(broker, "PUT", f"/admin/v2/persistent/{local}/partitions", partitions)
+    assert status == 204, body

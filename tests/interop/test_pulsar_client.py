@@ -6,16 +6,14 @@ conftest.py); restarts and SIGKILL use the same data directory.
 
 from __future__ import annotations
 
-import json
 import re
 import time
-import urllib.request
 import uuid
 
 import pulsar
 import pytest
 
-from tests.interop.helpers import new_client, topic_name
+from tests.interop.helpers import create_partitioned, new_client, topic_name
 
 pytestmark = pytest.mark.interop
 
@@ -26,18 +24,6 @@ COMPRESSIONS = [
     pulsar.CompressionType.ZSTD,
     pulsar.CompressionType.SNAPPY,
 ]
-
-
-def create_partitioned(broker, topic: str, partitions: int) -> None:
-    local = topic.split("persistent://", 1)[1]
-    req = urllib.request.Request(
-        f"{broker.admin_url}/admin/v2/persistent/{local}/partitions",
-        data=json.dumps(partitions).encode(),
-        method="PUT",
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        assert resp.status == 204
 
 
 def receive_all(consumer, count: int, *, ack: bool = True, timeout_ms: int = 10_000) -> list:
