@@ -41,6 +41,7 @@ def signed64(value: int) -> int:
 
 
 def position_of(message_id: Any) -> Position:
+    """Position of a MessageIdData (signed ledger and entry ids; earliest arrives as -1, -1)."""
     return Position(signed64(message_id.ledgerId), signed64(message_id.entryId))
 
 

@@ -49,6 +49,7 @@ class PutResult(NamedTuple):
 
     @property
     def ok(self) -> bool:
+        """True for PUT_OK (the record is in the commit log; flush status is separate)."""
         return self.status is PutStatus.PUT_OK
 
     @property
@@ -78,6 +79,7 @@ class PutBatchResult:
 
     @property
     def ok(self) -> bool:
+        """True for PUT_OK (the record is in the commit log; flush status is separate)."""
         return self.status is PutStatus.PUT_OK
 
     @property
@@ -92,6 +94,7 @@ class PutBatchResult:
 
     @property
     def queue_offsets(self) -> range:
+        """The records' consume-queue offsets, in order."""
         return range(self.queue_offset, self.queue_offset + self.count)
 
     def results(self) -> list[PutResult]:
