@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from enum import IntEnum
 
-__all__ = ["MAX_PROTOCOL_VERSION", "AckType", "CommandType", "ServerError", "SubType"]
+__all__ = ["MAX_PROTOCOL_VERSION", "AckType", "CommandType", "InitialPosition", "ServerError", "SubType"]
 
 #: Highest ProtocolVersion this implementation speaks (v20: TopicMigrated); CONNECTED answers
 #: ``min(client's protocol_version, MAX_PROTOCOL_VERSION)`` as the Java broker does.
@@ -120,6 +120,13 @@ class SubType(IntEnum):
     Shared = 1
     Failover = 2
     Key_Shared = 3
+
+
+class InitialPosition(IntEnum):
+    """``CommandSubscribe.InitialPosition``: where a new subscription's cursor starts."""
+
+    Latest = 0
+    Earliest = 1
 
 
 class AckType(IntEnum):
