@@ -45,7 +45,7 @@ class FakeCnx:
 async def test_receipts_drops_and_in_flight_limit():
     topic = NonPersistentTopic(TopicName.parse("non-persistent://public/default/np"))
     cnx = FakeCnx(max_pending=2)
-    subscription = topic.get_or_create_subscription("s", durable=True, initial_position=0)
+    subscription = await topic.get_or_create_subscription("s", durable=True, initial_position=0)
     consumer = Consumer(1, "c", cnx, subscription)  # type: ignore[arg-type]
     subscription.add_consumer(consumer, SubType.EXCLUSIVE)
     consumer.flow(1)

@@ -193,7 +193,7 @@ class BrokerService:
             names.update(f"{partitioned}-partition-{i}" for i in range(count))
         return sorted(names)
 
-    def get_or_create_topic(
+    async def get_or_create_topic(
         self, topic: TopicName, *, create: bool = True
     ) -> PersistentTopic | NonPersistentTopic:
         """The loaded topic ``topic``, opening its managed ledger (auto-creating it) on first use.

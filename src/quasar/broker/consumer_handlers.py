@@ -52,9 +52,11 @@ class ConsumerHandlers:
     config: BrokerConfig
     consumers: dict[int, Consumer]
     closed_consumer_ids: set[int]
+    pending_consumer_ids: set[int]
     remote_address: str
 
     def write(self, frame: bytes) -> None: ...
+    def spawn(self, coro: Any) -> None: ...
     def detach_consumer(self, consumer: Consumer) -> None: ...
     def _reply_error(self, request_id: int, exc: Exception) -> None: ...
 
@@ -74,16 +76,35 @@ class ConsumerHandlers:
                     )
                 )
             return
+        if cmd.consumer_id in self.pending_consumer_ids:
+            self.write(
+                commands.new_error(
+                    cmd.request_id, codes.SERVICE_NOT_READY, "Consumer is already being created on the connection"
+                )
+            )
+            return
+        # loading the topic and creating the cursor touch the metadata store: off the frame path
+        self.pending_consumer_ids.add(cmd.consumer_id)
+        self.closed_consumer_ids.discard(cmd.consumer_id)  # present again after the wait: closed meanwhile
+        self.spawn(self._subscribe(cmd))
+
+    async def _subscribe(self, cmd: Any) -> None:
+        try:
+            await self._subscribe_now(cmd)
+        finally:
+            self.pending_consumer_ids.discard(cmd.consumer_id)
+
+    async def _subscribe_now(self, cmd: Any) -> None:
         subscription = None
         try:
             if not cmd.subscription:
                 raise codes.NotAllowedError("Empty subscription name")
-            topic = self.service.get_or_create_topic(TopicName.parse(cmd.topic))
+            topic = await self.service.get_or_create_topic(TopicName.parse(cmd.topic))
             durable = cmd.durable if cmd.HasField("durable") else True
             start = None
             if not durable and topic.is_persistent and cmd.HasField("start_message_id"):
                 start = self._reader_start(topic, position_of(cmd.start_message_id), cmd.initialPosition)
-            subscription = topic.get_or_create_subscription(
+            subscription = await topic.get_or_create_subscription(
                 cmd.subscription, durable=durable, initial_position=cmd.initialPosition, start_position=start
             )
             try:
@@ -112,8 +133,11 @@ class ConsumerHandlers:
                 subscription.topic.remove_non_durable_if_idle(subscription)
             self._reply_error(cmd.request_id, exc)
             return
+        if cmd.consumer_id in self.closed_consumer_ids:  # CLOSE_CONSUMER arrived while it was being created
+            self.detach_consumer(consumer)
+            self.write(commands.new_error(cmd.request_id, codes.SERVICE_NOT_READY, "Consumer was closed"))
+            return
         self.consumers[cmd.consumer_id] = consumer
-        self.closed_consumer_ids.discard(cmd.consumer_id)
         self.write(commands.new_success(cmd.request_id))
 
     @staticmethod
@@ -226,6 +250,8 @@ class ConsumerHandlers:
         consumer = self.consumers.pop(cmd.consumer_id, None)
         if consumer is not None:
             self.detach_consumer(consumer)
+            self.closed_consumer_ids.add(cmd.consumer_id)
+        elif cmd.consumer_id in self.pending_consumer_ids:
             self.closed_consumer_ids.add(cmd.consumer_id)
         self.write(commands.new_success(cmd.request_id))
 

@@ -46,6 +46,7 @@ class CommandHandlers(ConsumerHandlers):
     consumers: dict[int, Consumer]
     closed_producer_ids: set[int]
     closed_consumer_ids: set[int]
+    pending_producer_ids: set[int]
     remote_address: str
 
     # provided by ServerCnx
@@ -172,8 +173,28 @@ class CommandHandlers(ConsumerHandlers):
                     )
                 )
             return
+        if cmd.producer_id in self.pending_producer_ids:
+            self.write(
+                commands.new_error(
+                    cmd.request_id, codes.SERVICE_NOT_READY, "Producer is already being created on the connection"
+                )
+            )
+            return
+        # loading the topic reads (and for a new topic writes) metadata: off the frame path, as Pulsar's
+        # handleProducer chains futures; the id is reserved meanwhile so a retried PRODUCER is refused
+        self.pending_producer_ids.add(cmd.producer_id)
+        self.closed_producer_ids.discard(cmd.producer_id)  # present again after the wait: closed meanwhile
+        self.spawn(self._create_producer(cmd))
+
+    async def _create_producer(self, cmd: Any) -> None:
         try:
-            topic = self.service.get_or_create_topic(TopicName.parse(cmd.topic))
+            await self._create_producer_now(cmd)
+        finally:
+            self.pending_producer_ids.discard(cmd.producer_id)
+
+    async def _create_producer_now(self, cmd: Any) -> None:
+        try:
+            topic = await self.service.get_or_create_topic(TopicName.parse(cmd.topic))
             user_provided = bool(cmd.producer_name)
             name = cmd.producer_name if user_provided else self.service.generate_producer_name()
             producer = Producer(
@@ -188,15 +209,18 @@ class CommandHandlers(ConsumerHandlers):
             if cmd.initial_subscription_name and topic.is_persistent:
                 # Pulsar ServerCnx.handleProducer: create the producer's initial subscription at Earliest
                 # (used by the client's dead-letter producer, DeadLetterPolicy.initialSubscriptionName).
-                topic.get_or_create_subscription(
+                await topic.get_or_create_subscription(
                     cmd.initial_subscription_name, durable=True, initial_position=INITIAL_POSITION_EARLIEST
                 )
             ready = topic.add_producer(producer)
         except Exception as exc:
             self._reply_error(cmd.request_id, exc)
             return
+        if cmd.producer_id in self.closed_producer_ids:  # CLOSE_PRODUCER arrived while it was being created
+            self.detach_producer(producer)
+            self.write(commands.new_error(cmd.request_id, codes.SERVICE_NOT_READY, "Producer was closed"))
+            return
         self.producers[cmd.producer_id] = producer
-        self.closed_producer_ids.discard(cmd.producer_id)
         if not ready:  # WaitForExclusive on a busy topic: answered again once it holds the topic
             self.write(commands.new_producer_success(cmd.request_id, name, -1, producer_ready=False))
             return
@@ -261,6 +285,8 @@ class CommandHandlers(ConsumerHandlers):
         producer = self.producers.pop(cmd.producer_id, None)
         if producer is not None:
             self.detach_producer(producer)
+            self.closed_producer_ids.add(cmd.producer_id)
+        elif cmd.producer_id in self.pending_producer_ids:
             self.closed_producer_ids.add(cmd.producer_id)
         self.write(commands.new_success(cmd.request_id))
 

@@ -213,7 +213,7 @@ class NonPersistentTopic:
             subscription.send(data)
         return NON_PERSISTENT_POSITION
 
-    def get_or_create_subscription(
+    async def get_or_create_subscription(
         self, name: str, *, durable: bool, initial_position: int, start_position: Position | None = None
     ) -> NonPersistentSubscription:
         """Subscription ``name`` (positions do not apply: only messages published from now on arrive)."""

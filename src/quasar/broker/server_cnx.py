@@ -55,6 +55,8 @@ class ServerCnx(CommandHandlers, asyncio.Protocol):
         self.consumers: dict[int, Consumer] = {}
         self.closed_producer_ids: set[int] = set()
         self.closed_consumer_ids: set[int] = set()
+        self.pending_producer_ids: set[int] = set()  # PRODUCER / SUBSCRIBE still loading their topic
+        self.pending_consumer_ids: set[int] = set()
         self._writable = True
         self._closing = False
         self._awaiting_pong = False

@@ -117,7 +117,7 @@ class PersistentTopic:
             subscription.schedule_dispatch()
 
     # ------------------------------------------------------------------ subscriptions
-    def get_or_create_subscription(
+    async def get_or_create_subscription(
         self,
         name: str,
         *,

@@ -200,7 +200,7 @@ async def _query_messages(request: web.Request) -> web.Response:
     targets = [(topic.partition(i), i) for i in range(partitions)] if partitions > 0 else [(topic, -1)]
     results: list[dict[str, Any]] = []
     for target, partition in targets:
-        ledger = service.get_or_create_topic(target, create=False).ledger
+        ledger = (await service.get_or_create_topic(target, create=False)).ledger
         ledgers = [(info.first_queue_offset, info.ledger_id) for info in ledger.ledgers]
         last_confirmed = ledger.last_confirmed_entry
         for message in store.query(target.full_name, key, begin_ms, end_ms, max_num):

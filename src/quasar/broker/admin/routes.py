@@ -166,7 +166,7 @@ async def put_topic(request: web.Request) -> web.Response:
     _namespace(request)
     if topic.full_name in service.factory.names() or service.partitions(topic) > 0:
         raise TopicExistsError(f"Topic {topic.full_name} already exists")
-    service.get_or_create_topic(topic)
+    await service.get_or_create_topic(topic)
     return web.Response(status=204)
 
 
@@ -176,13 +176,13 @@ async def get_stats(request: web.Request) -> web.Response:
     service = _service(request)
     if service.partitions(topic) > 0:
         raise TopicNotFoundError(f"{topic.full_name} is a partitioned topic; use partitioned-stats")
-    return web.json_response(service.get_or_create_topic(topic, create=False).stats())
+    return web.json_response((await service.get_or_create_topic(topic, create=False)).stats())
 
 
 async def get_internal_stats(request: web.Request) -> web.Response:
     """PersistentTopicInternalStats (subset): ledgers, entries, size, cursors with their positions."""
     topic = _topic(request)
-    loaded = _service(request).get_or_create_topic(topic, create=False)
+    loaded = await _service(request).get_or_create_topic(topic, create=False)
     ledger = getattr(loaded, "ledger", None)
     if ledger is None:
         raise NotAllowedError("internal stats exist only for persistent topics")
@@ -217,7 +217,7 @@ async def get_internal_stats(request: web.Request) -> web.Response:
 
 async def get_subscriptions(request: web.Request) -> web.Response:
     topic = _topic(request)
-    loaded = _service(request).get_or_create_topic(topic, create=False)
+    loaded = await _service(request).get_or_create_topic(topic, create=False)
     return web.json_response(sorted(loaded.subscriptions))
 
 
@@ -225,7 +225,7 @@ async def get_last_message_id(request: web.Request) -> web.Response:
     """GET {topic}/lastMessageId: ``{"ledgerId", "entryId", "partitionIndex"[, "batchIndex"]}``, -1/-1 when
     empty; 404 for an unknown topic."""
     topic = _topic(request)
-    loaded = _service(request).get_or_create_topic(topic, create=False)
+    loaded = await _service(request).get_or_create_topic(topic, create=False)
     ledger_id, entry_id, batch_index = loaded.last_message_id()
     body: dict[str, Any] = {
         "ledgerId": ledger_id,
@@ -243,7 +243,7 @@ async def delete_subscription(request: web.Request) -> web.Response:
     topic = _topic(request)
     name = request.match_info["subscription"]
     force = request.query.get("force", "false").lower() == "true"
-    loaded = _service(request).get_or_create_topic(topic, create=False)
+    loaded = await _service(request).get_or_create_topic(topic, create=False)
     subscription = loaded.subscriptions.get(name)
     if subscription is None:
         raise TopicNotFoundError(f"Subscription {name} not found")
