@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import subprocess
+import sys
 
 import pytest
+from google.protobuf import descriptor_pb2
 
 import quasar.protocol as protocol
 from quasar.errors import QuasarError
@@ -134,3 +137,75 @@ def test_builders_raise_local_protocol_error_on_bad_input(call) -> None:  # type
 def test_generated_stub_is_valid_python() -> None:
     stub = PROTOCOL_DIR / "proto" / "PulsarApi_pb2.pyi"
     ast.parse(stub.read_text())
+
+
+def _without_json_names(file: descriptor_pb2.FileDescriptorProto) -> descriptor_pb2.FileDescriptorProto:
+    copy = descriptor_pb2.FileDescriptorProto.FromString(file.SerializeToString())
+    pending = list(copy.message_type)
+    while pending:
+        message = pending.pop()
+        for field in message.field:
+            field.ClearField("json_name")
+        pending.extend(message.nested_type)
+    return copy
+
+
+def test_generated_module_matches_the_proto(tmp_path: pathlib.Path) -> None:
+    """PulsarApi_pb2.py embeds the schema PulsarApi.proto compiles to: an edit of the .proto without `make proto`
+    fails here (compared as descriptors, so another protoc version's output still passes)."""
+    pytest.importorskip("grpc_tools")
+    proto_dir = PROTOCOL_DIR / "proto"
+    descriptor_set = tmp_path / "PulsarApi.pb"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grpc_tools.protoc",
+            f"-I{proto_dir}",
+            f"--descriptor_set_out={descriptor_set}",
+            str(proto_dir / "PulsarApi.proto"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    (compiled,) = descriptor_pb2.FileDescriptorSet.FromString(descriptor_set.read_bytes()).file
+    embedded = descriptor_pb2.FileDescriptorProto.FromString(pb.DESCRIPTOR.serialized_pb)
+    assert _without_json_names(compiled) == _without_json_names(embedded), (
+        "stale PulsarApi_pb2.py: make proto"
+    )
+
+
+def _stub_classes(body: list[ast.stmt], prefix: str = "") -> dict[str, set[str]]:
+    """Qualified class name -> the names it assigns or annotates, for every class of a stub."""
+    found: dict[str, set[str]] = {}
+    for node in body:
+        if isinstance(node, ast.ClassDef):
+            name = prefix + node.name
+            found[name] = {
+                target.id
+                for item in node.body
+                for target in (
+                    [item.target] if isinstance(item, ast.AnnAssign) else getattr(item, "targets", [])
+                )
+                if isinstance(target, ast.Name)
+            }
+            found.update(_stub_classes(node.body, name + "."))
+    return found
+
+
+def test_generated_stub_declares_every_message_and_field() -> None:
+    classes = _stub_classes(ast.parse((PROTOCOL_DIR / "proto" / "PulsarApi_pb2.pyi").read_text()).body)
+    pending = [(d, d.name) for d in pb.DESCRIPTOR.message_types_by_name.values()]
+    missing = []
+    while pending:
+        descriptor, name = pending.pop()
+        declared = classes.get(name, set())
+        missing += [
+            f"{name}.{f.name}" for f in descriptor.fields if f"{f.name.upper()}_FIELD_NUMBER" not in declared
+        ]
+        if name not in classes:
+            missing.append(name)
+        pending.extend((nested, f"{name}.{nested.name}") for nested in descriptor.nested_types)
+    assert missing == [], "stale PulsarApi_pb2.pyi: make proto"

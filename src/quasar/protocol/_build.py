@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable, Mapping
-from typing import ParamSpec, TypeVar
+from typing import TYPE_CHECKING, ParamSpec, TypeVar, cast
 
-from google.protobuf.message import Message
-
+from .enums import ServerError
 from .errors import LocalProtocolError
 from .message_id import MessageId
 from .proto.PulsarApi_pb2 import KeyValue, MessageIdData
+from .proto.PulsarApi_pb2 import ServerError as WireServerError
+
+if TYPE_CHECKING:
+    from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -41,9 +44,18 @@ def u64(value: int) -> int:
     return value
 
 
-def set_ids(target: Message, message_ids: Iterable[MessageId | tuple[int, int]]) -> None:
+def wire_error(error: ServerError | int) -> WireServerError.ValueType:
+    """``error`` typed as the generated ``ServerError`` value, unchanged: protobuf refuses a code outside the
+    enum, or a non-int, when it is assigned to a field (ValueError/TypeError, so LocalProtocolError from a
+    builder)."""
+    return cast(WireServerError.ValueType, error)
+
+
+def set_ids(
+    target: RepeatedCompositeFieldContainer[MessageIdData], message_ids: Iterable[MessageId | tuple[int, int]]
+) -> None:
     """Append ``{ledgerId, entryId}`` entries (nothing else, as the C++ client) to a repeated field."""
-    add = target.add  # type: ignore[attr-defined]
+    add = target.add
     for message_id in message_ids:
         if isinstance(message_id, MessageId):
             ledger_id, entry_id = message_id.ledger_id, message_id.entry_id

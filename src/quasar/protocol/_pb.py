@@ -24,6 +24,24 @@ FIELD_FOR_TYPE: dict[int, str] = {
 }
 
 
+def message_type_of(field: FieldDescriptor) -> Descriptor:
+    """The message type of a sub-message field.
+
+    Raises:
+        TypeError: ``field`` is not a message field (only a schema bug can cause it).
+    """
+    message_type = field.message_type
+    if message_type is None:
+        raise TypeError(f"{field.full_name} is not a message field")
+    return message_type
+
+
+def missing_required_fields(message: Message) -> str:
+    """The comma-separated paths of the ``required`` fields missing from ``message`` (empty if none)."""
+    # FindInitializationErrors exists in every protobuf runtime but not in types-protobuf's Message stub.
+    return ", ".join(message.FindInitializationErrors())  # type: ignore[attr-defined]
+
+
 def _all_descriptors() -> list[Descriptor]:
     found: list[Descriptor] = []
     pending = list(pb.DESCRIPTOR.message_types_by_name.values())
@@ -43,7 +61,7 @@ def _strings_by_message(descriptors: list[Descriptor]) -> dict[str, bool]:
         changed = False
         for d in descriptors:
             if not result[d.full_name] and any(
-                f.type == _TYPE_MESSAGE and result[f.message_type.full_name] for f in d.fields
+                f.type == _TYPE_MESSAGE and result[message_type_of(f).full_name] for f in d.fields
             ):
                 result[d.full_name] = changed = True
     return result
@@ -61,7 +79,7 @@ for _descriptor in _DESCRIPTORS:
     for _field in _descriptor.fields:
         if _field.type == _TYPE_STRING:
             _KIND[_field] = _REPEATED_STRING if _field.is_repeated else _STRING
-        elif _field.type == _TYPE_MESSAGE and HAS_STRINGS[_field.message_type.full_name]:
+        elif _field.type == _TYPE_MESSAGE and HAS_STRINGS[message_type_of(_field).full_name]:
             _KIND[_field] = _REPEATED_MESSAGE if _field.is_repeated else _MESSAGE
 
 

@@ -20,10 +20,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ._build import builder, fill_id, u64
+from ._build import builder, fill_id, u64, wire_error
 from .enums import AckType, CommandType, ServerError, SubType
 from .frame import encode_command, encode_payload_command
-from .proto.PulsarApi_pb2 import BaseCommand, Schema
+from .proto.PulsarApi_pb2 import (
+    BaseCommand,
+    CommandLookupTopicResponse,
+    CommandPartitionedTopicMetadataResponse,
+    CommandPing,
+    CommandPong,
+    Schema,
+)
 from .requests import (
     new_ack,
     new_connect,
@@ -87,13 +94,13 @@ __all__ = [
     "new_unsubscribe",
 ]
 
-_LOOKUP_CONNECT = 1  # CommandLookupTopicResponse.LookupType.Connect
-_LOOKUP_FAILED = 2  # CommandLookupTopicResponse.LookupType.Failed
-_PARTITIONS_SUCCESS = 0  # CommandPartitionedTopicMetadataResponse.LookupType.Success
-_PARTITIONS_FAILED = 1  # CommandPartitionedTopicMetadataResponse.LookupType.Failed
+_LOOKUP_CONNECT = CommandLookupTopicResponse.Connect
+_LOOKUP_FAILED = CommandLookupTopicResponse.Failed
+_PARTITIONS_SUCCESS = CommandPartitionedTopicMetadataResponse.Success
+_PARTITIONS_FAILED = CommandPartitionedTopicMetadataResponse.Failed
 
-_PING = encode_command(BaseCommand(type=CommandType.PING, ping={}))
-_PONG = encode_command(BaseCommand(type=CommandType.PONG, pong={}))
+_PING = encode_command(BaseCommand(type=BaseCommand.PING, ping=CommandPing()))
+_PONG = encode_command(BaseCommand(type=BaseCommand.PONG, pong=CommandPong()))
 
 
 # --------------------------------------------------------------------------------- both directions --
@@ -119,7 +126,7 @@ def new_close_producer(
 ) -> bytes:
     """CLOSE_PRODUCER. Client -> broker: expects SUCCESS. Broker -> client: the client reconnects
     (LOOKUP, PRODUCER with the same producer_id; straight to an assigned URL); request_id ignored."""
-    cmd = BaseCommand(type=CommandType.CLOSE_PRODUCER)
+    cmd = BaseCommand(type=BaseCommand.CLOSE_PRODUCER)
     body = cmd.close_producer
     body.producer_id = producer_id
     body.request_id = u64(request_id)
@@ -140,7 +147,7 @@ def new_close_consumer(
 ) -> bytes:
     """CLOSE_CONSUMER. Client -> broker: expects SUCCESS. Broker -> client (e.g. on SEEK): the client
     re-subscribes with the same consumer_id and sends a fresh FLOW; request_id ignored."""
-    cmd = BaseCommand(type=CommandType.CLOSE_CONSUMER)
+    cmd = BaseCommand(type=BaseCommand.CLOSE_CONSUMER)
     body = cmd.close_consumer
     body.consumer_id = consumer_id
     body.request_id = u64(request_id)
@@ -158,7 +165,7 @@ def new_close_consumer(
 def new_connected(server_version: str, protocol_version: int, max_message_size: int | None) -> bytes:
     """CONNECTED, the broker's first frame. ``protocol_version`` should be ``min(client's, 20)``;
     ``max_message_size`` in bytes (None leaves it out; the C++ client then assumes 5 MiB - 10 KiB)."""
-    cmd = BaseCommand(type=CommandType.CONNECTED)
+    cmd = BaseCommand(type=BaseCommand.CONNECTED)
     body = cmd.connected
     body.server_version = server_version
     body.protocol_version = protocol_version
@@ -171,7 +178,7 @@ def new_connected(server_version: str, protocol_version: int, max_message_size: 
 def new_partitioned_metadata_response(request_id: int, partitions: int) -> bytes:
     """PARTITIONED_METADATA_RESPONSE success: ``response=Success`` set explicitly, ``partitions`` (0 = not
     partitioned)."""
-    cmd = BaseCommand(type=CommandType.PARTITIONED_METADATA_RESPONSE)
+    cmd = BaseCommand(type=BaseCommand.PARTITIONED_METADATA_RESPONSE)
     body = cmd.partitionMetadataResponse
     body.request_id = u64(request_id)
     body.partitions = partitions
@@ -182,11 +189,11 @@ def new_partitioned_metadata_response(request_id: int, partitions: int) -> bytes
 @builder
 def new_partitioned_metadata_error(request_id: int, error: ServerError | int, message: str) -> bytes:
     """PARTITIONED_METADATA_RESPONSE failure: ``response=Failed``, ``error``, ``message``."""
-    cmd = BaseCommand(type=CommandType.PARTITIONED_METADATA_RESPONSE)
+    cmd = BaseCommand(type=BaseCommand.PARTITIONED_METADATA_RESPONSE)
     body = cmd.partitionMetadataResponse
     body.request_id = u64(request_id)
     body.response = _PARTITIONS_FAILED
-    body.error = error
+    body.error = wire_error(error)
     body.message = message
     return encode_command(cmd)
 
@@ -202,7 +209,7 @@ def new_lookup_response(
 ) -> bytes:
     """LOOKUP_RESPONSE success: ``response=Connect`` set explicitly, ``brokerServiceUrl``
     (``pulsar://host:port``), ``authoritative``, ``proxy_through_service_url`` (Java sets both always)."""
-    cmd = BaseCommand(type=CommandType.LOOKUP_RESPONSE)
+    cmd = BaseCommand(type=BaseCommand.LOOKUP_RESPONSE)
     body = cmd.lookupTopicResponse
     body.request_id = u64(request_id)
     body.response = _LOOKUP_CONNECT
@@ -217,11 +224,11 @@ def new_lookup_response(
 @builder
 def new_lookup_error(request_id: int, error: ServerError | int, message: str) -> bytes:
     """LOOKUP_RESPONSE failure: ``response=Failed``, ``error``, ``message`` (never ERROR for a LOOKUP)."""
-    cmd = BaseCommand(type=CommandType.LOOKUP_RESPONSE)
+    cmd = BaseCommand(type=BaseCommand.LOOKUP_RESPONSE)
     body = cmd.lookupTopicResponse
     body.request_id = u64(request_id)
     body.response = _LOOKUP_FAILED
-    body.error = error
+    body.error = wire_error(error)
     body.message = message
     return encode_command(cmd)
 
@@ -238,7 +245,7 @@ def new_producer_success(
 ) -> bytes:
     """PRODUCER_SUCCESS: ``producer_name`` (required; the client adopts it), ``last_sequence_id`` (-1 = none;
     the client continues at +1) and ``schema_version`` (empty = no schema) always set, as Java does."""
-    cmd = BaseCommand(type=CommandType.PRODUCER_SUCCESS)
+    cmd = BaseCommand(type=BaseCommand.PRODUCER_SUCCESS)
     body = cmd.producer_success
     body.request_id = u64(request_id)
     body.producer_name = producer_name
@@ -261,7 +268,7 @@ def new_send_receipt(
 ) -> bytes:
     """SEND_RECEIPT with ``message_id{ledgerId, entryId}`` (the client fills in partition and batch index).
     Receipts must go out in send order per producer."""
-    cmd = BaseCommand(type=CommandType.SEND_RECEIPT)
+    cmd = BaseCommand(type=BaseCommand.SEND_RECEIPT)
     body = cmd.send_receipt
     body.producer_id = producer_id
     body.sequence_id = sequence_id
@@ -275,11 +282,11 @@ def new_send_receipt(
 def new_send_error(producer_id: int, sequence_id: int, error: ServerError | int, message: str) -> bytes:
     """SEND_ERROR. Only ``ChecksumError`` fails a single message; any other error makes the C++ client close
     the whole connection."""
-    cmd = BaseCommand(type=CommandType.SEND_ERROR)
+    cmd = BaseCommand(type=BaseCommand.SEND_ERROR)
     body = cmd.send_error
     body.producer_id = producer_id
     body.sequence_id = sequence_id
-    body.error = error
+    body.error = wire_error(error)
     body.message = message
     return encode_command(cmd)
 
@@ -287,7 +294,7 @@ def new_send_error(producer_id: int, sequence_id: int, error: ServerError | int,
 @builder
 def new_success(request_id: int, *, schema: Schema | None = None) -> bytes:
     """SUCCESS: answers SUBSCRIBE, UNSUBSCRIBE, SEEK, CLOSE_PRODUCER, CLOSE_CONSUMER."""
-    cmd = BaseCommand(type=CommandType.SUCCESS)
+    cmd = BaseCommand(type=BaseCommand.SUCCESS)
     body = cmd.success
     body.request_id = u64(request_id)
     if schema is not None:
@@ -299,10 +306,10 @@ def new_success(request_id: int, *, schema: Schema | None = None) -> bytes:
 def new_error(request_id: int, error: ServerError | int, message: str) -> bytes:
     """ERROR for PRODUCER, SUBSCRIBE, UNSUBSCRIBE, SEEK, CLOSE_*, GET_LAST_MESSAGE_ID,
     GET_TOPICS_OF_NAMESPACE (``request_id`` -1 for connection-level failures, as Java)."""
-    cmd = BaseCommand(type=CommandType.ERROR)
+    cmd = BaseCommand(type=BaseCommand.ERROR)
     body = cmd.error
     body.request_id = u64(request_id)
-    body.error = error
+    body.error = wire_error(error)
     body.message = message
     return encode_command(cmd)
 
@@ -333,7 +340,7 @@ def new_message(
     Returns:
         ``[header bytes, headers_and_payload]`` for ``transport.writelines`` (no copy of the entry).
     """
-    cmd = BaseCommand(type=CommandType.MESSAGE)
+    cmd = BaseCommand(type=BaseCommand.MESSAGE)
     body = cmd.message
     body.consumer_id = consumer_id
     message_id = body.message_id
@@ -354,12 +361,12 @@ def new_ack_response(
     consumer_id: int, request_id: int, error: ServerError | int | None = None, message: str | None = None
 ) -> bytes:
     """ACK_RESPONSE, only for an ACK that carried ``request_id``; ``error``/``message`` on failure."""
-    cmd = BaseCommand(type=CommandType.ACK_RESPONSE)
+    cmd = BaseCommand(type=BaseCommand.ACK_RESPONSE)
     body = cmd.ackResponse
     body.consumer_id = consumer_id
     body.request_id = u64(request_id)
     if error is not None:
-        body.error = error
+        body.error = wire_error(error)
     if message is not None:
         body.message = message
     return encode_command(cmd)
@@ -378,7 +385,7 @@ def new_get_last_message_id_response(
     an empty topic; batch_index = num_messages_in_batch - 1 for a batched last entry, else -1) and, when
     given, ``consumer_mark_delete_position{ledgerId, entryId}`` from
     ``mark_delete = (ledger_id, entry_id)``."""
-    cmd = BaseCommand(type=CommandType.GET_LAST_MESSAGE_ID_RESPONSE)
+    cmd = BaseCommand(type=BaseCommand.GET_LAST_MESSAGE_ID_RESPONSE)
     body = cmd.getLastMessageIdResponse
     body.request_id = u64(request_id)
     last = body.last_message_id
@@ -393,7 +400,7 @@ def new_get_last_message_id_response(
 @builder
 def new_get_topics_of_namespace_response(request_id: int, topics: Iterable[str]) -> bytes:
     """GET_TOPICS_OF_NAMESPACE_RESPONSE with fully qualified topic names."""
-    cmd = BaseCommand(type=CommandType.GET_TOPICS_OF_NAMESPACE_RESPONSE)
+    cmd = BaseCommand(type=BaseCommand.GET_TOPICS_OF_NAMESPACE_RESPONSE)
     body = cmd.getTopicsOfNamespaceResponse
     body.request_id = u64(request_id)
     body.topics.extend(topics)
@@ -403,7 +410,7 @@ def new_get_topics_of_namespace_response(request_id: int, topics: Iterable[str])
 @builder
 def new_get_schema_response(request_id: int, schema: Schema, schema_version: bytes) -> bytes:
     """GET_SCHEMA_RESPONSE success with the schema and its version."""
-    cmd = BaseCommand(type=CommandType.GET_SCHEMA_RESPONSE)
+    cmd = BaseCommand(type=BaseCommand.GET_SCHEMA_RESPONSE)
     body = cmd.getSchemaResponse
     body.request_id = u64(request_id)
     body.schema.CopyFrom(schema)
@@ -414,10 +421,10 @@ def new_get_schema_response(request_id: int, schema: Schema, schema_version: byt
 @builder
 def new_get_schema_error(request_id: int, error: ServerError | int, message: str) -> bytes:
     """GET_SCHEMA_RESPONSE failure (``error_code`` presence = failure; never ERROR for GET_SCHEMA)."""
-    cmd = BaseCommand(type=CommandType.GET_SCHEMA_RESPONSE)
+    cmd = BaseCommand(type=BaseCommand.GET_SCHEMA_RESPONSE)
     body = cmd.getSchemaResponse
     body.request_id = u64(request_id)
-    body.error_code = error
+    body.error_code = wire_error(error)
     body.error_message = message
     return encode_command(cmd)
 
@@ -425,7 +432,7 @@ def new_get_schema_error(request_id: int, error: ServerError | int, message: str
 @builder
 def new_active_consumer_change(consumer_id: int, is_active: bool) -> bytes:
     """ACTIVE_CONSUMER_CHANGE (Failover subscriptions; optional, harmless for the C++ client)."""
-    cmd = BaseCommand(type=CommandType.ACTIVE_CONSUMER_CHANGE)
+    cmd = BaseCommand(type=BaseCommand.ACTIVE_CONSUMER_CHANGE)
     body = cmd.active_consumer_change
     body.consumer_id = consumer_id
     body.is_active = is_active
@@ -451,7 +458,7 @@ def new_consumer_stats_response(
     message_ack_rate: float = 0.0,
 ) -> bytes:
     """CONSUMER_STATS_RESPONSE success (rates in messages/s, throughput in bytes/s); all fields set."""
-    cmd = BaseCommand(type=CommandType.CONSUMER_STATS_RESPONSE)
+    cmd = BaseCommand(type=BaseCommand.CONSUMER_STATS_RESPONSE)
     body = cmd.consumerStatsResponse
     body.request_id = u64(request_id)
     body.msgRateOut = msg_rate_out
@@ -473,9 +480,9 @@ def new_consumer_stats_response(
 @builder
 def new_consumer_stats_error(request_id: int, error: ServerError | int, message: str) -> bytes:
     """CONSUMER_STATS_RESPONSE failure (``error_code``, ``error_message``)."""
-    cmd = BaseCommand(type=CommandType.CONSUMER_STATS_RESPONSE)
+    cmd = BaseCommand(type=BaseCommand.CONSUMER_STATS_RESPONSE)
     body = cmd.consumerStatsResponse
     body.request_id = u64(request_id)
-    body.error_code = error
+    body.error_code = wire_error(error)
     body.error_message = message
     return encode_command(cmd)

@@ -67,13 +67,17 @@ def compress(compression: CompressionType | int, data: bytes | memoryview) -> by
     kind = _check_type(compression)
     if kind is CompressionType.NONE:
         return bytes(data)
-    if kind is CompressionType.LZ4:
-        return lz4.block.compress(data, store_size=False)
     if kind is CompressionType.ZLIB:
         return zlib.compress(data)
     if kind is CompressionType.ZSTD:
         return _zstd_compressor.compress(data)
-    return snappy.compress(bytes(data))
+    # lz4 and python-snappy ship no type information: their results are typed here
+    compressed: bytes
+    if kind is CompressionType.LZ4:
+        compressed = lz4.block.compress(data, store_size=False)
+    else:
+        compressed = snappy.compress(bytes(data))
+    return compressed
 
 
 def decompress(compression: CompressionType | int, data: bytes | memoryview, uncompressed_size: int) -> bytes:
@@ -96,6 +100,7 @@ def decompress(compression: CompressionType | int, data: bytes | memoryview, unc
         return bytes(data)
     if uncompressed_size < 0:
         raise CompressionError(f"negative uncompressed_size {uncompressed_size}")
+    result: bytes
     try:
         if kind is CompressionType.LZ4:
             result = lz4.block.decompress(data, uncompressed_size=uncompressed_size)

@@ -28,7 +28,7 @@ from typing import Final, Literal
 from google.protobuf.message import DecodeError, Message
 
 from ._layout import split_headers
-from ._pb import FIELD_FOR_TYPE, HAS_STRINGS, find_invalid_utf8
+from ._pb import FIELD_FOR_TYPE, HAS_STRINGS, find_invalid_utf8, message_type_of, missing_required_fields
 from .checksum import crc32c
 from .enums import CommandType
 from .errors import (
@@ -47,7 +47,7 @@ _U32 = struct.Struct(">I")
 _PAYLOAD_TYPES: Final = frozenset((CommandType.SEND, CommandType.MESSAGE))
 _COMMAND_TYPES: Final = {int(t): t for t in CommandType}
 _HAS_STRING_FIELDS: Final = {
-    t: HAS_STRINGS[BaseCommand.DESCRIPTOR.fields_by_name[f].message_type.full_name]
+    t: HAS_STRINGS[message_type_of(BaseCommand.DESCRIPTOR.fields_by_name[f]).full_name]
     for t, f in FIELD_FOR_TYPE.items()
 }
 #: Drop the consumed prefix of the buffer once it is at least this large (and at least half the buffer).
@@ -86,7 +86,8 @@ class Frame:
     @property
     def body(self) -> Message:
         """The command's sub-message, e.g. ``CommandSend`` for SEND (``command.send``)."""
-        return getattr(self.command, FIELD_FOR_TYPE[self.type])
+        body: Message = getattr(self.command, FIELD_FOR_TYPE[self.type])
+        return body
 
 
 class FrameDecoder:
@@ -191,7 +192,8 @@ class FrameDecoder:
         view = memoryview(buffer)
         try:
             try:
-                command.ParseFromString(view[command_start:command_end])
+                # protobuf parses any buffer without a copy; types-protobuf's stub says bytes only
+                command.ParseFromString(view[command_start:command_end])  # type: ignore[arg-type]
             except DecodeError as exc:
                 raise MalformedFrameError(f"unparsable BaseCommand: {exc}") from exc
             if command_end < frame_end:
@@ -228,10 +230,11 @@ class FrameDecoder:
             raise MalformedFrameError("BaseCommand without a known type (missing or unknown Type value)")
         command_type = _COMMAND_TYPES[command.type]
         field = FIELD_FOR_TYPE[command_type]
-        if not command.HasField(field):
+        message: Message = command  # the generated HasField takes literal names; this name is computed
+        if not message.HasField(field):
             raise MalformedFrameError(f"{command_type.name} command without its '{field}' sub-message")
         if not command.IsInitialized():
-            missing = ", ".join(command.FindInitializationErrors())
+            missing = missing_required_fields(command)
             raise MalformedFrameError(f"{command_type.name} command is missing required fields: {missing}")
         if _HAS_STRING_FIELDS[command_type]:
             bad = find_invalid_utf8(getattr(command, field))

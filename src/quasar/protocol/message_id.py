@@ -143,7 +143,8 @@ class MessageId:
         """
         message = MessageIdData()
         try:
-            message.ParseFromString(data)
+            # protobuf parses any buffer without a copy; types-protobuf's stub says bytes only
+            message.ParseFromString(data)  # type: ignore[arg-type]
         except DecodeError as exc:
             raise LocalProtocolError(f"not a serialized MessageId: {exc}") from exc
         if not message.IsInitialized():

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from google.protobuf.message import DecodeError, EncodeError
 
 from ._layout import split_headers
-from ._pb import find_invalid_utf8
+from ._pb import find_invalid_utf8, missing_required_fields
 from .errors import LocalProtocolError, MalformedBatchError, MalformedFrameError
 from .proto.PulsarApi_pb2 import BrokerEntryMetadata, MessageMetadata, SingleMessageMetadata
 
@@ -76,17 +76,19 @@ def parse_headers_and_payload(span: bytes | memoryview) -> ParsedPayload:
     if bem_start >= 0:
         broker_entry_metadata = BrokerEntryMetadata()
         try:
-            broker_entry_metadata.ParseFromString(view[bem_start:bem_end])
+            # protobuf parses any buffer without a copy; types-protobuf's stub says bytes only
+            broker_entry_metadata.ParseFromString(view[bem_start:bem_end])  # type: ignore[arg-type]
         except DecodeError as exc:
             raise MalformedFrameError(f"unparsable BrokerEntryMetadata: {exc}") from exc
     metadata_bytes = view[metadata_start:metadata_end]
     metadata = MessageMetadata()
     try:
-        metadata.ParseFromString(metadata_bytes)
+        # protobuf parses any buffer without a copy; types-protobuf's stub says bytes only
+        metadata.ParseFromString(metadata_bytes)  # type: ignore[arg-type]
     except DecodeError as exc:
         raise MalformedFrameError(f"unparsable MessageMetadata: {exc}") from exc
     if not metadata.IsInitialized():
-        missing = ", ".join(metadata.FindInitializationErrors())
+        missing = missing_required_fields(metadata)
         raise MalformedFrameError(f"MessageMetadata is missing required fields: {missing}")
     bad = find_invalid_utf8(metadata)
     if bad is not None:
@@ -160,7 +162,8 @@ def decode_batch(payload: bytes | memoryview, count: int) -> list[tuple[SingleMe
             raise MalformedBatchError(f"batch item {index}: metadata size {metadata_size} runs past the end")
         single = SingleMessageMetadata()
         try:
-            single.ParseFromString(view[start:end])
+            # protobuf parses any buffer without a copy; types-protobuf's stub says bytes only
+            single.ParseFromString(view[start:end])  # type: ignore[arg-type]
         except DecodeError as exc:
             raise MalformedBatchError(f"batch item {index}: unparsable SingleMessageMetadata: {exc}") from exc
         if not single.HasField("payload_size"):

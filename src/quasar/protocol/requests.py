@@ -2,20 +2,31 @@
 
 Each builder mirrors what the C++ 4.2.0 client sends (``lib/Commands.cc``; field by field in
 reference/pulsar-protocol.md §6): every ``required`` field, plus the optional fields that client always
-sets. Ids are signed int64 on our side and uint64 on the wire (-1 -> 2^64-1). All return one whole frame as
-``bytes``; every builder raises :class:`~quasar.protocol.errors.LocalProtocolError` on a bad argument.
+sets. Ids are signed int64 on our side and uint64 on the wire (-1 -> 2^64-1). Enum arguments take our IntEnums
+or plain ints, cast to the generated enum's value type: protobuf refuses a value outside the enum when it is
+assigned. All return one whole frame as ``bytes``; every builder raises
+:class:`~quasar.protocol.errors.LocalProtocolError` on a bad argument.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from typing import cast
 
 from ._build import builder, fill_id, key_values, set_ids, u64
-from .enums import MAX_PROTOCOL_VERSION, AckType, CommandType, SubType
+from .enums import MAX_PROTOCOL_VERSION, AckType, InitialPosition, SubType
 from .errors import LocalProtocolError
 from .frame import encode_command, encode_payload_command
 from .message_id import MessageId
-from .proto.PulsarApi_pb2 import BaseCommand, KeySharedMeta, Schema
+from .proto.PulsarApi_pb2 import (
+    BaseCommand,
+    CommandAck,
+    CommandGetTopicsOfNamespace,
+    CommandSubscribe,
+    KeySharedMeta,
+    ProducerAccessMode,
+    Schema,
+)
 
 __all__ = [
     "new_ack",
@@ -48,7 +59,7 @@ def new_connect(
     supports_broker_entry_metadata: bool = False,
 ) -> bytes:
     """CONNECT, the client's first frame (the C++ client sends ``auth_method_name="none"`` without auth)."""
-    cmd = BaseCommand(type=CommandType.CONNECT)
+    cmd = BaseCommand(type=BaseCommand.CONNECT)
     body = cmd.connect
     body.client_version = client_version
     body.protocol_version = protocol_version
@@ -67,7 +78,7 @@ def new_connect(
 @builder
 def new_partitioned_metadata(topic: str, request_id: int) -> bytes:
     """PARTITIONED_METADATA for a fully qualified topic name."""
-    cmd = BaseCommand(type=CommandType.PARTITIONED_METADATA)
+    cmd = BaseCommand(type=BaseCommand.PARTITIONED_METADATA)
     body = cmd.partitionMetadata
     body.topic = topic
     body.request_id = u64(request_id)
@@ -79,7 +90,7 @@ def new_lookup(
     topic: str, request_id: int, *, authoritative: bool = False, advertised_listener_name: str | None = ""
 ) -> bytes:
     """LOOKUP (the C++ client always sends ``authoritative`` and ``advertised_listener_name``, ``""``)."""
-    cmd = BaseCommand(type=CommandType.LOOKUP)
+    cmd = BaseCommand(type=BaseCommand.LOOKUP)
     body = cmd.lookupTopic
     body.topic = topic
     body.request_id = u64(request_id)
@@ -107,7 +118,7 @@ def new_producer(
 ) -> bytes:
     """PRODUCER. ``user_provided_producer_name`` defaults to "a name was given"; ``producer_access_mode``
     is a ProducerAccessMode value (0 Shared, 1 Exclusive, 2 WaitForExclusive, 3 ExclusiveWithFencing)."""
-    cmd = BaseCommand(type=CommandType.PRODUCER)
+    cmd = BaseCommand(type=BaseCommand.PRODUCER)
     body = cmd.producer
     body.topic = topic
     body.producer_id = producer_id
@@ -122,7 +133,7 @@ def new_producer(
     body.user_provided_producer_name = (
         producer_name is not None if user_provided_producer_name is None else user_provided_producer_name
     )
-    body.producer_access_mode = producer_access_mode
+    body.producer_access_mode = cast(ProducerAccessMode.ValueType, producer_access_mode)
     if topic_epoch is not None:
         body.topic_epoch = topic_epoch
     if initial_subscription_name is not None:
@@ -143,7 +154,7 @@ def new_send(
     """SEND followed by ``headers_and_payload`` (from
     :func:`~quasar.protocol.frame.encode_headers_and_payload`). ``num_messages`` only for batches,
     ``is_chunk`` only for chunks, as the C++ client."""
-    cmd = BaseCommand(type=CommandType.SEND)
+    cmd = BaseCommand(type=BaseCommand.SEND)
     body = cmd.send
     body.producer_id = producer_id
     body.sequence_id = sequence_id
@@ -171,18 +182,18 @@ def new_subscribe(
     metadata: Mapping[str, str] | None = None,
     read_compacted: bool = False,
     schema: Schema | None = None,
-    initial_position: int = 0,
+    initial_position: InitialPosition | int = InitialPosition.Latest,
     replicate_subscription_state: bool = False,
     key_shared_meta: KeySharedMeta | None = None,
     subscription_properties: Mapping[str, str] | None = None,
 ) -> bytes:
     """SUBSCRIBE. ``initial_position``: 0 Latest, 1 Earliest. ``start_message_id`` (readers, durable=False)
     is sent as ledgerId, entryId and batch_index when not -1, as the C++ client does."""
-    cmd = BaseCommand(type=CommandType.SUBSCRIBE)
+    cmd = BaseCommand(type=BaseCommand.SUBSCRIBE)
     body = cmd.subscribe
     body.topic = topic
     body.subscription = subscription
-    body.subType = sub_type
+    body.subType = cast(CommandSubscribe.SubType.ValueType, sub_type)
     body.consumer_id = consumer_id
     body.request_id = u64(request_id)
     body.consumer_name = consumer_name
@@ -197,7 +208,7 @@ def new_subscribe(
     body.read_compacted = read_compacted
     if schema is not None:
         body.schema.CopyFrom(schema)
-    body.initialPosition = initial_position
+    body.initialPosition = cast(CommandSubscribe.InitialPosition.ValueType, initial_position)
     body.replicate_subscription_state = replicate_subscription_state
     if key_shared_meta is not None:
         body.keySharedMeta.CopyFrom(key_shared_meta)
@@ -208,7 +219,7 @@ def new_subscribe(
 @builder
 def new_flow(consumer_id: int, message_permits: int) -> bytes:
     """FLOW: grant ``message_permits`` more messages (additive; a batch costs num_messages_in_batch)."""
-    cmd = BaseCommand(type=CommandType.FLOW)
+    cmd = BaseCommand(type=BaseCommand.FLOW)
     body = cmd.flow
     body.consumer_id = consumer_id
     body.messagePermits = message_permits
@@ -233,10 +244,10 @@ def new_ack(
         request_id: set only when an ACK_RESPONSE is wanted.
         validation_error: a ``CommandAck.ValidationError`` value when discarding a corrupt message.
     """
-    cmd = BaseCommand(type=CommandType.ACK)
+    cmd = BaseCommand(type=BaseCommand.ACK)
     body = cmd.ack
     body.consumer_id = consumer_id
-    body.ack_type = ack_type
+    body.ack_type = cast(CommandAck.AckType.ValueType, ack_type)
     set_ids(body.message_id, message_ids)
     if ack_sets is not None:
         if len(ack_sets) != len(body.message_id):
@@ -245,7 +256,7 @@ def new_ack(
             if ack_set is not None:
                 message_id.ack_set.extend(ack_set)
     if validation_error is not None:
-        body.validation_error = validation_error
+        body.validation_error = cast(CommandAck.ValidationError.ValueType, validation_error)
     if request_id is not None:
         body.request_id = u64(request_id)
     return encode_command(cmd)
@@ -260,7 +271,7 @@ def new_redeliver_unacknowledged_messages(
 ) -> bytes:
     """REDELIVER_UNACKNOWLEDGED_MESSAGES: the given entries (Shared/Key_Shared), or all unacked ones when
     ``message_ids`` is None (Exclusive/Failover)."""
-    cmd = BaseCommand(type=CommandType.REDELIVER_UNACKNOWLEDGED_MESSAGES)
+    cmd = BaseCommand(type=BaseCommand.REDELIVER_UNACKNOWLEDGED_MESSAGES)
     body = cmd.redeliverUnacknowledgedMessages
     body.consumer_id = consumer_id
     if message_ids is not None:
@@ -273,7 +284,7 @@ def new_redeliver_unacknowledged_messages(
 @builder
 def new_unsubscribe(consumer_id: int, request_id: int) -> bytes:
     """UNSUBSCRIBE: delete the consumer's subscription; expects SUCCESS."""
-    cmd = BaseCommand(type=CommandType.UNSUBSCRIBE)
+    cmd = BaseCommand(type=BaseCommand.UNSUBSCRIBE)
     body = cmd.unsubscribe
     body.consumer_id = consumer_id
     body.request_id = u64(request_id)
@@ -295,7 +306,7 @@ def new_seek(
     """
     if (message_id is None) == (message_publish_time is None):
         raise LocalProtocolError("new_seek needs exactly one of message_id and message_publish_time")
-    cmd = BaseCommand(type=CommandType.SEEK)
+    cmd = BaseCommand(type=BaseCommand.SEEK)
     body = cmd.seek
     body.consumer_id = consumer_id
     body.request_id = u64(request_id)
@@ -304,7 +315,7 @@ def new_seek(
             fill_id(body.message_id, message_id.ledger_id, message_id.entry_id)
         else:
             fill_id(body.message_id, message_id[0], message_id[1])
-    else:
+    elif message_publish_time is not None:
         body.message_publish_time = message_publish_time
     return encode_command(cmd)
 
@@ -312,7 +323,7 @@ def new_seek(
 @builder
 def new_get_last_message_id(consumer_id: int, request_id: int) -> bytes:
     """GET_LAST_MESSAGE_ID (needs a broker at protocol_version >= 12)."""
-    cmd = BaseCommand(type=CommandType.GET_LAST_MESSAGE_ID)
+    cmd = BaseCommand(type=BaseCommand.GET_LAST_MESSAGE_ID)
     body = cmd.getLastMessageId
     body.consumer_id = consumer_id
     body.request_id = u64(request_id)
@@ -322,18 +333,18 @@ def new_get_last_message_id(consumer_id: int, request_id: int) -> bytes:
 @builder
 def new_get_topics_of_namespace(request_id: int, namespace: str, mode: int = 0) -> bytes:
     """GET_TOPICS_OF_NAMESPACE for ``"tenant/ns"``; ``mode`` 0 PERSISTENT, 1 NON_PERSISTENT, 2 ALL."""
-    cmd = BaseCommand(type=CommandType.GET_TOPICS_OF_NAMESPACE)
+    cmd = BaseCommand(type=BaseCommand.GET_TOPICS_OF_NAMESPACE)
     body = cmd.getTopicsOfNamespace
     body.request_id = u64(request_id)
     body.namespace = namespace
-    body.mode = mode
+    body.mode = cast(CommandGetTopicsOfNamespace.Mode.ValueType, mode)
     return encode_command(cmd)
 
 
 @builder
 def new_get_schema(request_id: int, topic: str, schema_version: bytes | None = None) -> bytes:
     """GET_SCHEMA of a topic (latest, or ``schema_version``)."""
-    cmd = BaseCommand(type=CommandType.GET_SCHEMA)
+    cmd = BaseCommand(type=BaseCommand.GET_SCHEMA)
     body = cmd.getSchema
     body.request_id = u64(request_id)
     body.topic = topic
@@ -345,7 +356,7 @@ def new_get_schema(request_id: int, topic: str, schema_version: bytes | None = N
 @builder
 def new_consumer_stats(request_id: int, consumer_id: int) -> bytes:
     """CONSUMER_STATS for one consumer."""
-    cmd = BaseCommand(type=CommandType.CONSUMER_STATS)
+    cmd = BaseCommand(type=BaseCommand.CONSUMER_STATS)
     body = cmd.consumerStats
     body.request_id = u64(request_id)
     body.consumer_id = consumer_id
