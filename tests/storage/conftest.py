@@ -44,14 +44,9 @@ def open_store(root: Path, **overrides: Any) -> MessageStore:
 def abandon(store: MessageStore) -> None:
     """Leave the store as a SIGKILL would: written bytes stay in the files, no final flush, no checkpoint
     update, the abort file stays. (Stops the flush threads and unmaps; white-box.)"""
-    for service in (
-        store._group_commit,
-        store._commit_log_flusher,
-        store._consume_queue_flusher,
-        store.reput,
-    ):
-        if service is not None:
-            service.shutdown()
+    store._flusher.shutdown()
+    if store.reput is not None:
+        store.reput.shutdown()
     store.allocator.shutdown(destroy_unused=False)  # a pre-allocated next segment stays, as after a kill
     store._release_files()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -92,14 +93,60 @@ def test_warm_mapped_file_writes_every_byte(tmp_path: Path):
     allocator.start()
     path = tmp_path / offset_to_file_name(0)
     allocator.pre_allocate(path)
+    deadline = time.monotonic() + 10
+    while allocator.created < 1 and time.monotonic() < deadline:  # a take now would cut the warm-up short
+        time.sleep(0.005)
     mapped_file = allocator.take(path)
-    assert isinstance(mapped_file, MappedFile)
+    assert isinstance(mapped_file, MappedFile) and allocator.hits == 1
     assert os.stat(path).st_blocks * 512 >= size  # real blocks, not a hole
     assert mapped_file.reserved_position == size  # appends never need to reserve again
     assert bytes(mapped_file.buffer) == bytes(size)
     mapped_file.buffer[size - 3 : size] = b"end"  # the mapping and the pwrite zeros are the same pages
     mapped_file.close()
     assert path.read_bytes()[-3:] == b"end"
+    allocator.shutdown()
+
+
+def test_a_taker_never_waits_for_a_warm_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The loop only picks up a ready file: a warm-up in progress stops at its next chunk when the file is
+    taken, and is handed over with all its disk blocks reserved."""
+    import quasar.storage.allocate as allocate
+
+    chunks = WARM_CHUNK_SIZE * 64
+    started = threading.Event()
+    written: list[int] = []
+    real_pwrite = os.pwrite
+
+    def slow_pwrite(fd: int, data: bytes, position: int) -> int:
+        started.set()
+        time.sleep(0.002)  # a full warm-up takes >= 128 ms
+        written.append(position)
+        return real_pwrite(fd, data, position)
+
+    monkeypatch.setattr(allocate.os, "pwrite", slow_pwrite)
+    allocator = AllocateMappedFileService(chunks, warm=True)
+    allocator.start()
+    path = tmp_path / offset_to_file_name(0)
+    allocator.pre_allocate(path)
+    assert started.wait(10)
+    mapped_file = allocator.take(path)
+    assert len(written) < 64 and allocator.waits == 1  # handed over mid-warm-up
+    assert mapped_file.reserved_position == chunks  # every block reserved before the first zero
+    mapped_file.close()
+    allocator.shutdown()
+
+
+def test_an_unrequested_file_is_created_by_the_taker_without_warm_up(tmp_path: Path):
+    from quasar.storage.mapped_file import RESERVE_CHUNK_SIZE
+
+    allocator = AllocateMappedFileService(4 * RESERVE_CHUNK_SIZE, warm=True)
+    allocator.start()
+    path = tmp_path / offset_to_file_name(0)
+    mapped_file = allocator.take(path)  # never pre-allocated: the allocator is behind
+    assert allocator.misses == 1 and allocator.hits == 0
+    assert mapped_file.reserved_position == RESERVE_CHUNK_SIZE  # the first chunk only, not warmed
+    assert os.stat(path).st_blocks * 512 < 2 * RESERVE_CHUNK_SIZE
+    mapped_file.close()
     allocator.shutdown()
 
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import struct
 import tempfile
 import textwrap
+import zlib
 from pathlib import Path
 
 import pytest
@@ -387,6 +389,28 @@ def test_sigkill_during_batches_loses_no_confirmed_record(tmp_path: Path):
         assert [m.queue_offset for m in result.messages] == list(
             range(store.max_queue_offset("crash/batch", queue_id))
         )
+    store.close_sync()
+
+
+def test_put_bytes_match_an_independent_build_of_the_layout(root: Path):
+    """The one encoder against the layout table built by hand (zlib CRCs, the 17-value HEADER): the tests'
+    reference encoder shares the encoder with put, so this pins both to the documented bytes."""
+    store = open_store(root)
+    topic, body, properties = "golden", b"golden body", {"KEYS": "k"}
+    result = store.put(topic, 4, body, properties=properties, born_timestamp_ms=123)
+    host = ipv4_host(*store.config.store_host)
+    props = b"KEYS\x01k\x02"
+    tail_length = 20  # __CRC32# 0x01 10 digits 0x02
+    total = 88 + len(body) + 1 + len(topic) + 2 + len(props) + tail_length
+    header = HEADER.pack(
+        total, 0xDAA320A7, zlib.crc32(body) & 0x7FFFFFFF, 4, 0, result.queue_offset, result.commit_log_offset,
+        0, 123, *host, result.store_timestamp, *host, 0, 0, len(body),
+    )  # fmt: skip
+    head = header + body + bytes([len(topic)]) + topic.encode() + struct.pack(">H", len(props) + tail_length)
+    head += props
+    expected = head + b"__CRC32#\x01" + b"%010d" % (zlib.crc32(head) & 0x7FFFFFFF) + b"\x02"
+    assert result.wrote_bytes == total
+    assert stored_bytes(store, result) == expected
     store.close_sync()
 
 

@@ -2,9 +2,9 @@
 
 One commit log of records in mapped segment files (the next one pre-allocated in the background), a consume
 queue of 20-byte units per (topic, queue id), a key index (IndexFile) built by a reput thread, a checkpoint,
-group-commit flushing, crash recovery, retention with a disk guard, and an SQLite metadata store. Start at
-:class:`MessageStore` (``quasar.storage.message_store``) and :class:`MetadataStore`
-(``quasar.storage.metadata``).
+group-commit flushing, crash recovery and retention with a disk guard. Start at :class:`MessageStore`
+(``quasar.storage.message_store``). Metadata (ledger tables, cursors, admin state) lives behind the async
+port of ``quasar.metadata``, not here.
 """
 
 from quasar.storage.clean_service import CleanResult
@@ -14,8 +14,6 @@ from quasar.storage.errors import (
     CorruptRecordError,
     DiskFullError,
     InvalidMessageError,
-    InvalidMetadataError,
-    MetadataError,
     OffsetOutOfRangeError,
     StorageError,
     StoreClosedError,
@@ -32,7 +30,6 @@ from quasar.storage.message_store import (
     StoredMessage,
     StoreStatistics,
 )
-from quasar.storage.metadata import MetadataStore
 from quasar.storage.status import AppendMessageStatus, GetStatus, PutStatus
 
 __all__ = [
@@ -45,10 +42,7 @@ __all__ = [
     "GetResult",
     "GetStatus",
     "InvalidMessageError",
-    "InvalidMetadataError",
     "MessageStore",
-    "MetadataError",
-    "MetadataStore",
     "OffsetOutOfRangeError",
     "PutBatchResult",
     "PutResult",

@@ -7,8 +7,8 @@ Every ``clean_resource_interval_ms`` the :class:`CleanService` thread:
    sets the **disk guard**: above ``disk_space_warning_level_ratio`` (90 %) the store is *disk full* and puts
    answer ``SERVICE_NOT_AVAILABLE`` (the broker turns that into a SEND_ERROR) until the ratio is back under it.
    Independently, a put that cannot reserve disk blocks (``ENOSPC`` from ``posix_fallocate``) is refused the
-   same way and marks the disk full until the next round sees space again. Nothing is ever half-written: space
-   is reserved before bytes go into a mapping.
+   same way (that put only: the next one tries again, the flag stays the guard's) and counted in
+   ``disk_full_refusals``. Nothing is ever half-written: space is reserved before bytes go into a mapping.
 2. deletes **commit log segments**, oldest first, at most ``delete_file_batch_max`` per round, never the
    current (last) one, stopping at the first segment that must stay. A segment may go when every record in it
    is
@@ -24,28 +24,37 @@ Every ``clean_resource_interval_ms`` the :class:`CleanService` thread:
 
 Files leave the segment lists on the event loop thread (the store reads them there) and are unmapped and
 unlinked afterwards on this thread.
+
+:class:`StoreRetention` is the part of :class:`~quasar.storage.message_store.MessageStore` that owns this:
+the clean thread (started with the store, stopped at close), the per-queue needed offsets and the disk guard
+(the ``disk_full`` flag of the shared :class:`~quasar.storage.store_state.StoreState`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
-from quasar.storage.config import parse_delete_when
+from quasar.storage.commit_log import CommitLog
+from quasar.storage.config import StoreConfig, parse_delete_when
 from quasar.storage.consume_queue import CQ_STORE_UNIT_SIZE, ConsumeQueue
+from quasar.storage.dispatch import ConsumeQueueStore, Dispatcher
 from quasar.storage.errors import StoreClosedError
-from quasar.storage.flush import _ServiceThread
+from quasar.storage.flush import ServiceThread
+from quasar.storage.index_service import IndexService
 from quasar.storage.mapped_file import MappedFile, fsync_dir
-
-if TYPE_CHECKING:
-    from quasar.storage.message_store import MessageStore
+from quasar.storage.reput import ReputMessageService
+from quasar.storage.store_state import StoreState
+from quasar.storage.write_path import StoreWriter
 
 log = logging.getLogger(__name__)
 
@@ -77,12 +86,13 @@ class CleanResult:
     index_files: int
 
 
-class CleanService(_ServiceThread):
-    """Runs :meth:`MessageStore.clean_once` every ``interval_ms`` (milliseconds)."""
+class CleanService(ServiceThread):
+    """Runs ``clean_round()`` (:meth:`StoreRetention.clean_once`) every ``interval_ms`` (milliseconds); an
+    OSError is logged and the round retried at the next interval."""
 
-    def __init__(self, store: MessageStore, interval_ms: int) -> None:
+    def __init__(self, clean_round: Callable[[], object], interval_ms: int) -> None:
         super().__init__("quasar-clean", self._report)
-        self._store = store
+        self._clean_round = clean_round
         self._interval_s = interval_ms / 1000
 
     def _report(self, exc: BaseException) -> None:
@@ -95,7 +105,7 @@ class CleanService(_ServiceThread):
             if self._stopped.is_set():
                 return
             try:
-                self._store.clean_once()
+                self._clean_round()
             except OSError as exc:  # retried next round
                 log.error("clean round failed: %r", exc)
 
@@ -111,17 +121,15 @@ def call_on_loop(loop: asyncio.AbstractEventLoop | None, action: Callable[[], T]
             return action()
     except RuntimeError:
         pass
-    future: concurrent.futures.Future[T] = concurrent.futures.Future()
 
-    def run() -> None:
-        try:
-            future.set_result(action())
-        except BaseException as exc:
-            future.set_exception(exc)
+    async def run() -> T:
+        return action()
 
+    coroutine = run()
     try:
-        loop.call_soon_threadsafe(run)
+        future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(coroutine, loop)
     except RuntimeError:
+        coroutine.close()
         raise StoreClosedError("the event loop of the store is closed") from None
     return future.result(30)
 
@@ -185,85 +193,55 @@ def destroy_files(files: list[MappedFile], directory: Path) -> None:
         fsync_dir(directory)
 
 
-def clean_once(store: MessageStore, *, now_s: float, force: bool = False) -> CleanResult:
-    """One clean round over ``store`` at wall-clock ``now_s`` (seconds); see the module docstring. Rounds
-    are serialized (the clean thread and a caller may both run one)."""
-    with store.clean_lock:
-        return _clean_once(store, now_s=now_s, force=force)
-
-
-def _clean_once(store: MessageStore, *, now_s: float, force: bool) -> CleanResult:
-    config = store.config
-    ratio = store.disk_usage(config.root_dir)
-    full = ratio > config.warning_level_ratio
-    if full != store.disk_full:
-        if full:
-            log.error(
-                "disk use %.1f%% is above %.0f%%: refusing writes",
-                ratio * 100,
-                config.warning_level_ratio * 100,
-            )
-        else:
-            log.warning("disk use %.1f%%: accepting writes again", ratio * 100)
-        store.disk_full = full
-    forcibly = config.clean_file_forcibly_enable and ratio > config.clean_forcibly_ratio
-    time_to_delete = force or forcibly or ratio > config.disk_max_used_space_ratio / 100
-    time_to_delete = time_to_delete or is_delete_hour(config.delete_when, now_s)
-    reserved_s = config.file_reserved_time_h * 3600
-    commit_log_deleted = consume_queue_deleted = 0
-    file_queue = store.commit_log.mapped_file_queue
-    if time_to_delete and store.is_open:
-        limit = needed_commit_log_offset(store)
-
-        def expired(mapped_file: MappedFile) -> bool:
-            return forcibly or now_s >= os.stat(mapped_file.path).st_mtime + reserved_s
-
-        candidates = deletable_commit_log_files(
-            file_queue.mapped_files,
-            limit_offset=limit,
-            expired=expired,
-            batch_max=config.delete_file_batch_max,
-        )
-        if candidates:
-
-            def detach() -> list[MappedFile]:  # only if they are still the oldest files
-                if file_queue.mapped_files[: len(candidates)] != candidates:
-                    return []
-                return file_queue.detach_first(len(candidates))
-
-            detached = store.run_on_loop(detach)
-            destroy_files(detached, file_queue.store_path)
-            commit_log_deleted = len(detached)
-    if store.is_open:
-        commit_log_min = store.commit_log.min_offset
-        for queue in store.consume_queues:
-            needed = store.queue_min_offsets.get((queue.topic, queue.queue_id), 0)
-            count = deletable_consume_queue_files(queue, needed, commit_log_min)
-            if count:
-                detached = store.run_on_loop(lambda q=queue, n=count: q.delete_first_files(n))
-                destroy_files(detached, queue.mapped_file_queue.store_path)
-                consume_queue_deleted += len(detached)
-    index_deleted = store.index_service.delete_expired(store.commit_log.min_offset)
-    return CleanResult(ratio, full, commit_log_deleted, consume_queue_deleted, index_deleted)
-
-
-def needed_commit_log_offset(store: MessageStore) -> int:
-    """Commit log offset below which no queue needs a record, and everything is flushed and dispatched."""
-    limit = min(store.commit_log.flushed_offset, store.dispatched_commit_log_offset)
-    if store.reput is not None and store.async_dispatchers:
-        limit = min(limit, store.reput.reput_from_offset)
-    for queue in store.consume_queues:
-        needed = store.queue_min_offsets.get((queue.topic, queue.queue_id), 0)
-        limit = min(limit, queue_needed_commit_log_offset(queue, needed))
-    return limit
-
-
 class StoreRetention:
-    """The retention API of :class:`~quasar.storage.message_store.MessageStore` (a base class, kept here
-    beside the rules it drives)."""
+    """Retention and the disk guard of one store: the clean thread, the per-queue needed offsets
+    (``set_queue_min_offset``) and :meth:`clean_once`.
 
-    queue_min_offsets: dict[tuple[str, int], int]
-    _loop: asyncio.AbstractEventLoop | None
+    Given the commit log, the consume queues, the index, the writer (its dispatch mark bounds what may go),
+    the reput thread's dispatchers, the shared :class:`StoreState` (the disk guard sets ``disk_full``) and
+    ``disk_usage``; the reput service comes at :meth:`open`, the event loop (where segment lists change) at
+    :meth:`start`.
+    """
+
+    def __init__(
+        self,
+        config: StoreConfig,
+        commit_log: CommitLog,
+        consume_queues: ConsumeQueueStore,
+        index_service: IndexService,
+        writer: StoreWriter,
+        async_dispatchers: list[Dispatcher],
+        state: StoreState,
+        disk_usage: DiskUsage,
+    ) -> None:
+        self._config = config
+        self._commit_log = commit_log
+        self._consume_queues = consume_queues
+        self._index_service = index_service
+        self._writer = writer
+        self._async_dispatchers = async_dispatchers
+        self._state = state
+        self.disk_usage = disk_usage
+        self.queue_min_offsets: dict[tuple[str, int], int] = {}
+        """Per (topic, queue id): units below this queue offset are not needed (``set_queue_min_offset``)."""
+        self.clean_lock = threading.Lock()
+        """Serializes clean rounds (the clean thread and a caller of :meth:`clean_once`)."""
+        self._reput: ReputMessageService | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._service = CleanService(self.clean_once, config.clean_resource_interval_ms)
+
+    def open(self, reput: ReputMessageService) -> None:
+        """Take the reput service: records it has not indexed yet stay (the store's ``open()``)."""
+        self._reput = reput
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start the clean thread; segment lists are changed on ``loop``'s thread."""
+        self._loop = loop
+        self._service.start()
+
+    def shutdown(self) -> None:
+        """Stop the clean thread (a round in progress finishes). Blocking."""
+        self._service.shutdown()
 
     def set_queue_min_offset(self, topic: str, queue_id: int, queue_offset: int) -> None:
         """Consume queue units of (topic, queue id) below ``queue_offset`` are no longer needed by the managed
@@ -274,13 +252,93 @@ class StoreRetention:
         if queue_offset > self.queue_min_offsets.get(key, 0):
             self.queue_min_offsets[key] = queue_offset
 
-    def clean_once(self, *, now_s: float | None = None, force: bool = False) -> CleanResult:
-        """One round of the clean service (:func:`clean_once`); ``force`` deletes expired files at any hour
-        (RocketMQ's manual deletion). Blocking: the clean thread, or a test."""
-        store: MessageStore = self  # type: ignore[assignment]
-        return clean_once(store, now_s=time.time() if now_s is None else now_s, force=force)
-
     def run_on_loop(self, action: Callable[[], T]) -> T:
         """Run ``action`` on the store's event loop thread (where segment lists are read) and return its
         result (:func:`call_on_loop`)."""
         return call_on_loop(self._loop, action)
+
+    def clean_once(self, *, now_s: float | None = None, force: bool = False) -> CleanResult:
+        """One clean round at wall-clock ``now_s`` (seconds; now by default); see the module docstring.
+        ``force`` deletes expired files at any hour (RocketMQ's manual deletion). Rounds are serialized.
+        Blocking: the clean thread, or a test. Raises OSError when a file cannot be deleted."""
+        with self.clean_lock:
+            return self._clean(time.time() if now_s is None else now_s, force)
+
+    def _clean(self, now_s: float, force: bool) -> CleanResult:
+        config = self._config
+        ratio = self.disk_usage(config.root_dir)
+        full = self._guard(ratio)
+        forcibly = config.clean_file_forcibly_enable and ratio > config.clean_forcibly_ratio
+        time_to_delete = force or forcibly or ratio > config.disk_max_used_space_ratio / 100
+        time_to_delete = time_to_delete or is_delete_hour(config.delete_when, now_s)
+        commit_log_deleted = consume_queue_deleted = 0
+        if time_to_delete and self._state.is_open:
+            commit_log_deleted = self._delete_commit_log_files(now_s, forcibly)
+        if self._state.is_open:
+            consume_queue_deleted = self._delete_consume_queue_files()
+        index_deleted = self._index_service.delete_expired(self._commit_log.min_offset)
+        return CleanResult(ratio, full, commit_log_deleted, consume_queue_deleted, index_deleted)
+
+    def _guard(self, ratio: float) -> bool:
+        """Set the disk guard from the disk use ``ratio``; True when the disk counts as full."""
+        config = self._config
+        full = ratio > config.warning_level_ratio
+        if full != self._state.disk_full:
+            if full:
+                log.error(
+                    "disk use %.1f%% is above %.0f%%: refusing writes",
+                    ratio * 100,
+                    config.warning_level_ratio * 100,
+                )
+            else:
+                log.warning("disk use %.1f%%: accepting writes again", ratio * 100)
+            self._state.disk_full = full
+        return full
+
+    def _delete_commit_log_files(self, now_s: float, forcibly: bool) -> int:
+        file_queue = self._commit_log.mapped_file_queue
+        reserved_s = self._config.file_reserved_time_h * 3600
+
+        def expired(mapped_file: MappedFile) -> bool:
+            return forcibly or now_s >= os.stat(mapped_file.path).st_mtime + reserved_s
+
+        candidates = deletable_commit_log_files(
+            file_queue.mapped_files,
+            limit_offset=self.needed_commit_log_offset(),
+            expired=expired,
+            batch_max=self._config.delete_file_batch_max,
+        )
+        if not candidates:
+            return 0
+
+        def detach() -> list[MappedFile]:  # only if they are still the oldest files
+            if file_queue.mapped_files[: len(candidates)] != candidates:
+                return []
+            return file_queue.detach_first(len(candidates))
+
+        detached = self.run_on_loop(detach)
+        destroy_files(detached, file_queue.store_path)
+        return len(detached)
+
+    def _delete_consume_queue_files(self) -> int:
+        commit_log_min = self._commit_log.min_offset
+        deleted = 0
+        for queue in self._consume_queues:
+            needed = self.queue_min_offsets.get((queue.topic, queue.queue_id), 0)
+            count = deletable_consume_queue_files(queue, needed, commit_log_min)
+            if count:
+                detached = self.run_on_loop(functools.partial(queue.delete_first_files, count))
+                destroy_files(detached, queue.mapped_file_queue.store_path)
+                deleted += len(detached)
+        return deleted
+
+    def needed_commit_log_offset(self) -> int:
+        """Commit log offset below which no queue needs a record, and everything is flushed and dispatched
+        (to the consume queues inline, to the index by the reput thread)."""
+        limit = min(self._commit_log.flushed_offset, self._writer.dispatch_mark[0])
+        if self._reput is not None and self._async_dispatchers:
+            limit = min(limit, self._reput.reput_from_offset)
+        for queue in self._consume_queues:
+            needed = self.queue_min_offsets.get((queue.topic, queue.queue_id), 0)
+            limit = min(limit, queue_needed_commit_log_offset(queue, needed))
+        return limit

@@ -19,8 +19,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from isal.isal_zlib import crc32
-
 from quasar.storage.allocate import AllocateMappedFileService
 from quasar.storage.errors import (
     CorruptRecordError,
@@ -33,22 +31,22 @@ from quasar.storage.mapped_file_queue import MappedFileQueue
 from quasar.storage.record import (
     BODY_POSITION,
     CRC32_RESERVED_LEN,
-    CRC32_TAIL_FORMAT,
     END_FILE_MIN_BLANK_LENGTH,
-    HEADER_MIDDLE,
-    HEADER_PACKED,
     LOCAL_HOST,
     MAX_PROPERTIES_LENGTH,
     MAX_TOPIC_LENGTH,
+    QUEUE_FLAG,
     Buffer,
     CheckStatus,
     HostAddress,
     StoredRecord,
-    calc_msg_length,
     check_record,
     decode_record,
     encode_blank_into,
-    encode_record_into,
+    header_middle,
+    pack_record_into,
+    record_tail,
+    topic_field,
 )
 from quasar.storage.status import AppendMessageStatus
 
@@ -126,11 +124,11 @@ class CommitLog:
         properties: bytes,
         store_timestamp: int,
         born_timestamp: int,
-        born_host: HostAddress | None = None,
         flag: int = 0,
         sys_flag: int = 0,
     ) -> AppendResult:
-        """Append one record (one memcpy of the body into the mapped segment); rolls segments as needed.
+        """Append one record from its fields (the keyword form of :meth:`append_one`, for tests and tools; born
+        host = store host); rolls segments as needed.
 
         Returns PUT_OK with the record's offset, MESSAGE_SIZE_EXCEEDED when the record can never fit in a
         segment or the topic is longer than 32767 bytes, PROPERTIES_SIZE_EXCEEDED past 32767 property bytes,
@@ -139,38 +137,22 @@ class CommitLog:
         :class:`DiskFullError` when no disk space can be reserved for the record (nothing is written then:
         space is reserved with ``posix_fallocate`` before the bytes go into the mapping).
         """
-        properties_length = len(properties) + self._reserved
-        if properties_length > MAX_PROPERTIES_LENGTH:
+        if len(properties) + self._reserved > MAX_PROPERTIES_LENGTH:
             return AppendResult(AppendMessageStatus.PROPERTIES_SIZE_EXCEEDED)
-        total = calc_msg_length(len(body), len(topic), properties_length)
-        if len(topic) > MAX_TOPIC_LENGTH or total + END_FILE_MIN_BLANK_LENGTH > self.mapped_file_size:
+        if len(topic) > MAX_TOPIC_LENGTH:
             return AppendResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED)
-        mapped_file = self._file_for(total)
-        if type(mapped_file) is AppendMessageStatus:
-            return AppendResult(mapped_file)
-        position = mapped_file.wrote_position
-        if position + total > mapped_file.reserved_position:
-            self._reserve(mapped_file, position + total)
-        wrote_offset = mapped_file.file_from_offset + position
-        encode_record_into(
-            mapped_file.buffer,
-            position,
-            topic=topic,
-            queue_id=queue_id,
-            queue_offset=queue_offset,
-            physical_offset=wrote_offset,
-            body=body,
-            properties=properties,
-            store_timestamp=store_timestamp,
-            born_timestamp=born_timestamp,
-            born_host=born_host or self.store_host,
-            store_host=self.store_host,
-            flag=flag,
-            sys_flag=sys_flag,
-            append_prop_crc=self.append_prop_crc,
+        magic, topic_bytes = topic_field(topic)
+        try:
+            queue_flag = QUEUE_FLAG.pack(queue_id, flag)
+        except struct.error as exc:
+            raise InvalidMessageError(f"record field out of range: {exc}") from None
+        tail = record_tail(topic_bytes, properties, self.append_prop_crc)
+        status, offset, size = self.append_one(
+            magic, queue_flag, queue_offset, body, tail, store_timestamp, born_timestamp, sys_flag
         )
-        mapped_file.wrote_position = mapped_file.committed_position = position + total
-        return AppendResult(AppendMessageStatus.PUT_OK, wrote_offset, total, store_timestamp, queue_offset)
+        if status is not AppendMessageStatus.PUT_OK:
+            return AppendResult(status)
+        return AppendResult(status, offset, size, store_timestamp, queue_offset)
 
     def append_one(
         self,
@@ -188,21 +170,20 @@ class CommitLog:
         ``magic`` and ``tail`` come from :func:`~quasar.storage.record.topic_field` and
         :func:`~quasar.storage.record.record_tail` (the caller checked the topic and property limits),
         ``queue_flag`` is QUEUEID and FLAG packed with :data:`~quasar.storage.record.QUEUE_FLAG`; ``body`` is
-        bytes-like with 1-byte items. The bytes are exactly those of :meth:`append` (born host = store host):
-        one ``pack_into`` of the 88-byte header straight into the mapping, two slice copies (body, tail), and
-        with ``append_prop_crc`` one CRC pass and one formatting for the ``__CRC32#`` property. Returns
-        ``(PUT_OK, offset, size)`` in bytes, or ``(status, -1, 0)`` as :meth:`append` would. Raises
+        bytes-like with 1-byte items; born host = store host. The bytes are written by
+        :func:`~quasar.storage.record.pack_record_into`, the one record encoder. Returns ``(PUT_OK, offset,
+        size)`` in bytes, or ``(MESSAGE_SIZE_EXCEEDED | CREATE_MAPPED_FILE_FAILED, -1, 0)``. Raises
         :class:`InvalidMessageError` (nothing written) for a field out of range, :class:`DiskFullError`.
         """
-        body_length = len(body)
-        total = BODY_POSITION + body_length + len(tail) + self._reserved
+        total = BODY_POSITION + len(body) + len(tail) + self._reserved
         mapped_file = self.mapped_file_queue.last_mapped_file
         if mapped_file is None or mapped_file.wrote_position + total + END_FILE_MIN_BLANK_LENGTH > (
             mapped_file.file_size
         ):
-            mapped_file = self._file_for(total)
-            if type(mapped_file) is AppendMessageStatus:
-                return mapped_file, -1, 0
+            rolled = self._file_for(total)
+            if isinstance(rolled, AppendMessageStatus):
+                return rolled, -1, 0
+            mapped_file = rolled
         if store_timestamp != self._middle_key[0] or born_timestamp != self._middle_key[1] or sys_flag:
             middle = self._header_middle(store_timestamp, born_timestamp, sys_flag)
         else:
@@ -211,43 +192,34 @@ class CommitLog:
         end = position + total
         if end > mapped_file.reserved_position:
             self._reserve(mapped_file, end)
-        buf = mapped_file.buffer
         offset = mapped_file.file_from_offset + position
-        try:
-            HEADER_PACKED.pack_into(
-                buf,
-                position,
-                total,
-                magic,
-                crc32(body) & 0x7FFFFFFF,
-                queue_flag,
-                queue_offset,
-                offset,
-                middle,
-                body_length,
-            )
-        except struct.error as exc:
-            raise InvalidMessageError(f"record field out of range: {exc}") from None
-        p = position + BODY_POSITION
-        q = p + body_length
-        buf[p:q] = body
-        p = q + len(tail)
-        buf[q:p] = tail
-        if self._reserved:
-            buf[p:end] = CRC32_TAIL_FORMAT % (crc32(buf[position:p]) & 0x7FFFFFFF)
+        pack_record_into(
+            mapped_file.buffer,
+            position,
+            offset,
+            magic,
+            queue_flag,
+            queue_offset,
+            middle,
+            body,
+            tail,
+            self.append_prop_crc,
+        )
         mapped_file.wrote_position = mapped_file.committed_position = end
         return AppendMessageStatus.PUT_OK, offset, total
 
     def _header_middle(self, store_timestamp: int, born_timestamp: int, sys_flag: int) -> bytes:
-        """Header fields 8-14 packed (cached for the next record while the timestamps stay the same). Raises
-        :class:`InvalidMessageError` for a timestamp or flag out of range."""
-        host, port = self.store_host
-        try:
-            middle = HEADER_MIDDLE.pack(
-                sys_flag, born_timestamp, host, port, store_timestamp, host, port, 0, 0
-            )
-        except struct.error as exc:
-            raise InvalidMessageError(f"record field out of range: {exc}") from None
+        """Header fields 8-14 (:func:`~quasar.storage.record.header_middle`), cached for the next record while
+        the timestamps stay the same. Raises :class:`InvalidMessageError` for a timestamp or flag out of
+        range."""
+        host = self.store_host
+        middle = header_middle(
+            sys_flag=sys_flag,
+            born_timestamp=born_timestamp,
+            born_host=host,
+            store_timestamp=store_timestamp,
+            store_host=host,
+        )
         if not sys_flag:
             self._middle_key = (store_timestamp, born_timestamp)
             self._middle = middle
@@ -267,65 +239,55 @@ class CommitLog:
         """Append one ordinary record per body, queue offsets ``queue_offset, queue_offset + 1, ...``, all in
         ONE segment (RocketMQ ``CommitLog.putMessages`` / ``doAppend(MessageExtBatch)``): when the whole batch
         plus 8 bytes does not fit the current segment, the blank record ends it and the batch goes to the
-        next one. Arguments as :meth:`append_one`; the records are byte for byte those it writes one at a
-        time, and become visible together (``wrote_position`` moves once, after the last).
+        next one. Arguments as :meth:`append_one`; each record is written by the same encoder
+        (:func:`~quasar.storage.record.pack_record_into`), and they become visible together
+        (``wrote_position`` moves once, after the last).
 
         Returns ``(PUT_OK, [offset of each record])``; ``(MESSAGE_SIZE_EXCEEDED, [])`` when the batch can
         never fit in one segment, ``(CREATE_MAPPED_FILE_FAILED, [])``. Raises :class:`InvalidMessageError`
         (nothing written) for a field out of range and :class:`DiskFullError` (nothing written).
         """
-        fixed = BODY_POSITION + len(tail) + self._reserved
-        total = fixed * len(bodies) + sum(map(len, bodies))
+        total = (BODY_POSITION + len(tail) + self._reserved) * len(bodies) + sum(map(len, bodies))
         mapped_file = self.mapped_file_queue.last_mapped_file
         if mapped_file is None or mapped_file.wrote_position + total + END_FILE_MIN_BLANK_LENGTH > (
             mapped_file.file_size
         ):
-            mapped_file = self._file_for(total)
-            if type(mapped_file) is AppendMessageStatus:
-                return mapped_file, []
+            rolled = self._file_for(total)
+            if isinstance(rolled, AppendMessageStatus):
+                return rolled, []
+            mapped_file = rolled
         middle = self._header_middle(store_timestamp, born_timestamp, sys_flag)
         start = mapped_file.wrote_position
         if start + total > mapped_file.reserved_position:
             self._reserve(mapped_file, start + total)
         buf = mapped_file.buffer
         base = mapped_file.file_from_offset
-        pack_into = HEADER_PACKED.pack_into
-        tail_length = len(tail)
-        append_prop_crc = self._reserved != 0
+        append_prop_crc = self.append_prop_crc
+        pack = pack_record_into
         offsets: list[int] = []
         add_offset = offsets.append
         position = start
         try:
             for body in bodies:
-                body_length = len(body)
                 offset = base + position
                 add_offset(offset)
-                pack_into(
+                position = pack(
                     buf,
                     position,
-                    fixed + body_length,
+                    offset,
                     magic,
-                    crc32(body) & 0x7FFFFFFF,
                     queue_flag,
                     queue_offset,
-                    offset,
                     middle,
-                    body_length,
+                    body,
+                    tail,
+                    append_prop_crc,
                 )
-                p = position + BODY_POSITION
-                q = p + body_length
-                buf[p:q] = body
-                p = q + tail_length
-                buf[q:p] = tail
-                if append_prop_crc:
-                    q = p + CRC32_RESERVED_LEN
-                    buf[p:q] = CRC32_TAIL_FORMAT % (crc32(buf[position:p]) & 0x7FFFFFFF)
-                    p = q
-                position = p
                 queue_offset += 1
-        except struct.error as exc:
-            buf[start:position] = bytes(position - start)  # nothing past wrote_position may look valid
-            raise InvalidMessageError(f"record field out of range: {exc}") from None
+        except InvalidMessageError:
+            end = min(start + total, mapped_file.file_size)  # nothing past wrote_position may look valid
+            buf[start:end] = bytes(end - start)
+            raise
         mapped_file.wrote_position = mapped_file.committed_position = position
         return AppendMessageStatus.PUT_OK, offsets
 

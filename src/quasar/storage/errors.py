@@ -11,12 +11,10 @@ RocketMQ. Exceptions are for broken invariants, bad arguments and API misuse::
         │   └── StoreLockedError         another MessageStore holds <root>/lock
         ├── ConsumeQueueGapError         a consume queue unit would skip queue offsets
         ├── OffsetOutOfRangeError        a read outside the written part of the commit log / consume queue
-        ├── StoreClosedError             the store (or metadata store) is not open
+        ├── StoreClosedError             the store is not open
         ├── StoreNotWritableError        an earlier I/O failure made the store refuse writes
         ├── DiskFullError                no space left for a new segment (reserved for the disk guard)
-        ├── InvalidMessageError          a put argument cannot be encoded (also a ValueError)
-        └── MetadataError                the SQLite metadata store failed
-            └── InvalidMetadataError     a key that is not a non-empty str, or a non-JSON value (ValueError)
+        └── InvalidMessageError          a put argument cannot be encoded (also a ValueError)
 """
 
 from __future__ import annotations
@@ -71,11 +69,3 @@ class DiskFullError(StorageError):
 
 class InvalidMessageError(StorageError, ValueError):
     """A put argument cannot be encoded into a record (e.g. a property name containing 0x01 or 0x02)."""
-
-
-class MetadataError(StorageError):
-    """The metadata store failed (SQLite error, or a stored value that is not valid JSON)."""
-
-
-class InvalidMetadataError(MetadataError, ValueError):
-    """A metadata key is not a non-empty str, or a value cannot be encoded as JSON."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import enum
 import logging
 import threading
@@ -42,7 +43,7 @@ class FlushDiskType(enum.Enum):
     ASYNC_FLUSH = "ASYNC_FLUSH"
 
 
-class _ServiceThread:
+class ServiceThread:
     """A named daemon thread with a stop event and a wake-up event (RocketMQ ``ServiceThread``).
 
     An exception escaping ``run`` is logged and handed to ``on_error``; it never dies silently.
@@ -90,7 +91,7 @@ class _ServiceThread:
         raise NotImplementedError
 
 
-class GroupCommitService(_ServiceThread):
+class GroupCommitService(ServiceThread):
     """SYNC_FLUSH group commit. ``flush()`` fdatasyncs whatever of the commit log is dirty (no syscall when
     nothing is) and returns the flushed offset, which may also have been advanced by another flusher.
 
@@ -199,10 +200,8 @@ class GroupCommitService(_ServiceThread):
         loop = self._loop
         if loop is None or loop.is_closed():
             return
-        try:
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
             loop.call_soon_threadsafe(callback, *args)
-        except RuntimeError:  # the loop closed meanwhile
-            pass
 
     def run(self) -> None:
         posted = -1
@@ -211,8 +210,8 @@ class GroupCommitService(_ServiceThread):
             self._wakeup.clear()
             try:
                 flushed = self._flush()
-            except Exception as exc:
-                log.error("group commit: fdatasync failed, refusing further writes: %r", exc)
+            except Exception as exc:  # any failure: nothing more may be acknowledged as durable
+                log.error("group commit: fdatasync failed, refusing further writes", exc_info=True)
                 self._on_error(exc)  # first: the store refuses writes before any waiter learns of the failure
                 self._post(self._on_failed)
                 return
@@ -222,7 +221,7 @@ class GroupCommitService(_ServiceThread):
                 self._post(self._on_flushed, flushed)
 
 
-class PeriodicFlushService(_ServiceThread):
+class PeriodicFlushService(ServiceThread):
     """Calls ``action(least_pages)`` every ``interval_ms`` and with ``least_pages=0`` ("thorough") at least
     every ``thorough_interval_ms`` (RocketMQ ``FlushRealTimeService`` / ``FlushConsumeQueueService``). An
     OSError from the action (any exception) is logged and reported to ``on_error``, and the service stops.
@@ -258,8 +257,8 @@ class PeriodicFlushService(_ServiceThread):
                 last_thorough = now
             try:
                 self._action(least_pages)
-            except Exception as exc:
-                log.error("%s: flush failed, refusing further writes: %r", self.name, exc)
+            except Exception as exc:  # any failure: the store stops accepting writes
+                log.error("%s: flush failed, refusing further writes", self.name, exc_info=True)
                 self._on_error(exc)
                 return
             self.flush_rounds += 1

@@ -125,6 +125,7 @@ class IndexFile:
                 path.unlink(missing_ok=True)
             raise
         self.buffer = memoryview(self._mmap)
+        header: tuple[int, int, int, int, int, int] = INDEX_HEADER.unpack_from(self.buffer, 0)
         (
             self.begin_timestamp,
             self.end_timestamp,
@@ -132,7 +133,7 @@ class IndexFile:
             self.end_phy_offset,
             self.hash_slot_count,
             self.index_count,
-        ) = INDEX_HEADER.unpack_from(self.buffer, 0)
+        ) = header
         if self.index_count <= 0:
             self.index_count = 1  # RocketMQ IndexHeader.load
         self._dirty = create

@@ -163,10 +163,12 @@ class IndexService:
         if extractor is not None and request.body is not None:
             try:
                 keys.extend(k for k in extractor(request.topic, request.body) if k)
-            except Exception as exc:  # a bad body must not stop indexing of the others
+            except Exception:  # the application's extractor: a bad body must not stop indexing of the others
                 self.extractor_errors += 1
                 log.warning(
-                    "index: key extractor failed on commit log offset %d: %r", request.commit_log_offset, exc
+                    "index: key extractor failed on commit log offset %d",
+                    request.commit_log_offset,
+                    exc_info=True,
                 )
         if len(keys) > 1:
             keys = list(dict.fromkeys(keys))

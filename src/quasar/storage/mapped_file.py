@@ -140,6 +140,10 @@ class MappedFile:
     def file_name(self) -> str:
         return self.path.name
 
+    def fileno(self) -> int:
+        """The open file descriptor (for ``pwrite`` warm-up; -1 after :meth:`close`)."""
+        return self._fd
+
     @property
     def end_offset(self) -> int:
         """Offset just past this file: ``file_from_offset + file_size``."""

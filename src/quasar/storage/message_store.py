@@ -14,7 +14,8 @@ group commit or periodic flush, consume queue flush, reput, clean; the segment a
 ``put`` / ``wait_flushed`` / ``get`` / ``query`` on the loop thread -> ``await close()``.
 
 Threads: flush (``flush.py``), reput (``reput.py``: feeds the index, parses keys off the loop), allocate
-(``allocate.py``: the next commit log segment is created before it is needed), clean (``clean_service.py``:
+(``allocate.py``: the next commit log segment is created before it is needed; the loop only picks up a
+ready file, see its docstring for the bounded fallback and what remains on the loop), clean (``clean_service.py``:
 retention and the disk guard).
 
 Write path: ``put`` assigns the queue's next queue offset, appends one record to the commit log (one memcpy of
@@ -22,43 +23,55 @@ the body into the mapped segment, after reserving disk blocks) and writes the co
 the unit exists when ``put`` returns; the index follows on the reput thread. ``put`` does not wait for the
 disk: ``wait_flushed`` does (SYNC_FLUSH: the group commit's fdatasync; ASYNC_FLUSH: at once). Futures from
 ``wait_flushed`` complete in commit log offset order. ``put_batch`` appends many bodies as ordinary records in
-one call (RocketMQ ``putMessages``). The write path lives in :mod:`quasar.storage.write_path`.
+one call (RocketMQ ``putMessages``). Every record's bytes come from one encoder,
+:func:`quasar.storage.record.pack_record_into`.
+
+Composition: the facade owns four parts and delegates to them; each gets what it needs in its constructor (the
+files, and the one :class:`~quasar.storage.store_state.StoreState` holding the phase and the write gate), none
+reaches into another through ``self``:
+
+- :class:`~quasar.storage.write_path.StoreWriter`: ``put``, ``put_batch``;
+- :class:`~quasar.storage.read_path.StoreReader`: ``get``, ``get_by_offset``, ``query``, queue offsets;
+- :class:`~quasar.storage.store_flushing.StoreFlusher`: ``wait_flushed``, ``flush``, the flush threads and
+  the checkpoint;
+- :class:`~quasar.storage.clean_service.StoreRetention`: ``set_queue_min_offset``, ``clean_once``, the clean
+  thread and the disk guard.
+
+``put``, ``put_batch``, ``get`` and ``wait_flushed`` are bound straight onto the instance in ``__init__`` (the
+methods below document them and give mypy their signatures), so the publish and dispatch paths pay no
+delegation call. The managed ledger sees the store only through :class:`~quasar.storage.port.MessageStorePort`.
 
 **Read visibility guarantee** (what the managed ledger relies on): when ``wait_flushed(end)`` resolves for a
 put, that put's consume queue unit exists and ``get`` returns the record (the unit is written before ``put``
 returns, so before the future can exist). Query by key may lag by a few milliseconds (reput thread).
 
-Read path and query by key: :mod:`quasar.storage.read_path`. Recovery at ``open()``:
-:func:`quasar.storage.recovery.recover` (semantics.md A6) for the commit log and consume queues, then the
-index resumes from :meth:`IndexService.recover_from`.
+Recovery at ``open()``: :func:`quasar.storage.recovery.recover` (semantics.md A6) for the commit log and consume
+queues, then the index resumes from :meth:`IndexService.recover_from`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import fcntl
 import logging
 import os
-import threading
 import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, TypeVar
 
 from quasar.storage.allocate import AllocateMappedFileService
 from quasar.storage.checkpoint import StoreCheckpoint, create_abort_file, remove_abort_file
-from quasar.storage.clean_service import CleanService, DiskUsage, StoreRetention, statvfs_disk_usage
+from quasar.storage.clean_service import CleanResult, DiskUsage, StoreRetention, statvfs_disk_usage
 from quasar.storage.commit_log import CommitLog
 from quasar.storage.config import StoreConfig
 from quasar.storage.dispatch import ConsumeQueueDispatcher, ConsumeQueueStore, Dispatcher
-from quasar.storage.errors import (
-    StoreClosedError,
-    StoreLockedError,
-)
-from quasar.storage.flush import FlushDiskType, GroupCommitService, PeriodicFlushService
+from quasar.storage.errors import StoreClosedError, StoreLockedError
+from quasar.storage.flush import FlushDiskType
 from quasar.storage.index_service import IndexService, KeyExtractor
 from quasar.storage.mapped_file import fsync_dir, offset_to_file_name
-from quasar.storage.read_path import StoreReader
-from quasar.storage.record import (
-    ipv4_host,
-)
+from quasar.storage.read_path import DEFAULT_MAX_GET_BYTES, StoreReader
+from quasar.storage.record import ipv4_host
 from quasar.storage.recovery import RecoveryResult, recover
 from quasar.storage.reput import ReputMessageService
 from quasar.storage.results import (
@@ -69,8 +82,12 @@ from quasar.storage.results import (
     StoreStatistics,
 )
 from quasar.storage.status import GetStatus, PutStatus
-from quasar.storage.store_flushing import StoreFlushing
-from quasar.storage.write_path import StoreWriter, _QueueWriter
+from quasar.storage.store_flushing import StoreFlusher
+from quasar.storage.store_state import StorePhase, StoreState
+from quasar.storage.write_path import StoreWriter
+
+if TYPE_CHECKING:
+    from quasar.storage.port import MessageStorePort
 
 __all__ = [
     "FlushDiskType",
@@ -87,16 +104,12 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-
-class _State:
-    NEW = "new"
-    OPEN = "open"
-    CLOSING = "closing"
-    CLOSED = "closed"
+T = TypeVar("T")
 
 
-class MessageStore(StoreWriter, StoreReader, StoreRetention, StoreFlushing):
-    """The RocketMQ-style store: one commit log, consume queues, checkpoint, flush services."""
+class MessageStore:
+    """The RocketMQ-style store: one commit log, consume queues, checkpoint, flush services. Satisfies
+    :class:`~quasar.storage.port.MessageStorePort`."""
 
     def __init__(
         self,
@@ -124,7 +137,9 @@ class MessageStore(StoreWriter, StoreReader, StoreRetention, StoreFlushing):
         self.consume_queues = ConsumeQueueStore(root / "consumequeue", config.consume_queue_file_size)
         self._consume_queue_dispatcher = ConsumeQueueDispatcher(self.consume_queues)
         self.dispatchers: list[Dispatcher] = [self._consume_queue_dispatcher]
-        """Derived stores fed inline by every put and by recovery; append more before ``open()``."""
+        """Derived stores fed inline by every put and by recovery; append more before ``open()`` (the
+        consume queue dispatcher stays first)."""
+        self.checkpoint: StoreCheckpoint | None = None
         self.index_service = IndexService(
             root / "index",
             lambda: self.checkpoint,
@@ -136,41 +151,50 @@ class MessageStore(StoreWriter, StoreReader, StoreRetention, StoreFlushing):
         """Derived stores fed by the reput thread (:mod:`quasar.storage.reput`); append more before
         ``open()``. Each must be idempotent and skip records it already holds."""
         self.reput: ReputMessageService | None = None
-        self.disk_usage = disk_usage
-        self.queue_min_offsets: dict[tuple[str, int], int] = {}
-        """Per (topic, queue id): units below this queue offset are not needed (``set_queue_min_offset``)."""
-        self.disk_full = False
-        """The disk guard refuses puts (disk use above ``disk_space_warning_level_ratio``); set by the clean
-        service."""
-        self._clean_service = CleanService(self, config.clean_resource_interval_ms)
-        self.clean_lock = threading.Lock()
-        self.disk_full_refusals = 0
-        """Puts refused because the disk is full (guard ratio or ENOSPC)."""
-        self.checkpoint: StoreCheckpoint | None = None
         self.last_exit_ok: bool | None = None
         """After ``open()``: False when the abort file showed an unclean exit."""
         self.recovery: RecoveryResult | None = None
         """After ``open()``: what recovery did (scan start and why, process offset)."""
-        self._state = _State.NEW
-        self._writable = True
+        self._state = StoreState()
         self._lock_fd = -1
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._group_commit: GroupCommitService | None = None
-        self._commit_log_flusher: PeriodicFlushService | None = None
-        self._consume_queue_flusher: PeriodicFlushService | None = None
-        self._writers: dict[tuple[str, int], _QueueWriter] = {}
-        self._dispatch_mark = (0, 0)
-        """(commit log offset up to which records are dispatched, consume queue units written so far): one
-        tuple, replaced atomically by the loop thread and read by the flush thread."""
-        self._last_store_timestamp = 0
-        self._reput_failed = False
-        self.corrupt_records_skipped = 0
-        """Records skipped by ``get`` because their body CRC did not match (bit rot)."""
-        self._flush_lock = threading.Lock()
-        self._consume_queue_flush_lock = threading.Lock()
+        self._writer = StoreWriter(
+            config,
+            self.commit_log,
+            self.consume_queues,
+            self.dispatchers,
+            self._consume_queue_dispatcher,
+            self._state,
+        )
+        self._reader = StoreReader(
+            config, self.commit_log, self.consume_queues, self.index_service, self._state
+        )
+        self._flusher = StoreFlusher(
+            config,
+            self.commit_log,
+            self.consume_queues,
+            self.index_service,
+            self._writer,
+            self.async_dispatchers,
+            self._state,
+        )
+        self._retention = StoreRetention(
+            config,
+            self.commit_log,
+            self.consume_queues,
+            self.index_service,
+            self._writer,
+            self.async_dispatchers,
+            self._state,
+            disk_usage,
+        )
+        # The publish and dispatch paths call the parts directly: no delegation frame per call.
+        self.put = self._writer.put  # type: ignore[method-assign]  # same signature, bound once
+        self.put_batch = self._writer.put_batch  # type: ignore[method-assign]  # same signature, bound once
+        self.get = self._reader.get  # type: ignore[method-assign]  # same signature, bound once
+        self.wait_flushed = self._flusher.wait_flushed  # type: ignore[method-assign]  # same signature
 
     def __repr__(self) -> str:
-        return f"MessageStore({self.config.root_dir}, {self._state}, max_offset={self.commit_log.max_offset})"
+        return f"MessageStore({self.config.root_dir}, {self._state.phase}, max_offset={self.commit_log.max_offset})"
 
     # -- life cycle ------------------------------------------------------------------------------------------
 
@@ -180,8 +204,8 @@ class MessageStore(StoreWriter, StoreReader, StoreRetention, StoreFlushing):
         Raises :class:`StoreLockedError` when another store has the directory open, :class:`StoreLoadError`
         when the files do not fit the configuration, OSError on I/O failure.
         """
-        if self._state is not _State.NEW:
-            raise StoreClosedError(f"open() called on a {self._state} store")
+        if self._state.phase is not StorePhase.NEW:
+            raise StoreClosedError(f"open() called on a {self._state.phase} store")
         root = self.config.root_dir
         root.mkdir(parents=True, exist_ok=True)
         self._lock_fd = os.open(root / "lock", os.O_RDWR | os.O_CREAT, 0o644)
@@ -192,135 +216,116 @@ class MessageStore(StoreWriter, StoreReader, StoreRetention, StoreFlushing):
             self._lock_fd = -1
             raise StoreLockedError(f"{root} is already open in another MessageStore") from None
         try:
-            for path in (self.commit_log.mapped_file_queue.store_path, self.consume_queues.root):
-                path.mkdir(exist_ok=True)
-            fsync_dir(root)
-            self.last_exit_ok = not (root / "abort").exists()
-            self.checkpoint = StoreCheckpoint(root / "checkpoint")
-            self.commit_log.load()
-            self.consume_queues.load()
-            if self.config.message_index_enable:
-                self.index_service.load(last_exit_ok=self.last_exit_ok)
-            started = time.monotonic()
-            self._recover()
-            reput_from = self.index_service.recover_from(
-                self.commit_log.min_offset, last_exit_ok=self.last_exit_ok
-            )
-            self.reput = ReputMessageService(
-                self.commit_log,
-                self.async_dispatchers,
-                min(reput_from, self.commit_log.max_offset),
-                on_error=self._on_reput_error,
-            )
-            log.info(
-                "message store %s recovered in %.1f ms (%s exit; %s)",
-                root,
-                (time.monotonic() - started) * 1000,
-                "clean" if self.last_exit_ok else "UNCLEAN",
-                self.recovery,
-            )
+            self._load_and_recover()
             create_abort_file(root / "abort")
             self.allocator.start()
-            last = self.commit_log.mapped_file_queue.last_mapped_file
-            if last is not None:
-                self.allocator.pre_allocate(last.path.with_name(offset_to_file_name(last.end_offset)))
+            file_queue = self.commit_log.mapped_file_queue
+            last = file_queue.last_mapped_file  # the next segment (or the first one) is created off the loop
+            next_start = last.end_offset if last is not None else 0
+            self.allocator.pre_allocate(file_queue.store_path / offset_to_file_name(next_start))
         except BaseException:
             self._release_files()
             raise
-        self._state = _State.OPEN
+        self._state.phase = StorePhase.OPEN
+
+    def _load_and_recover(self) -> None:
+        """Map the files, recover (semantics.md A6) and hand the parts what recovery found. Blocking."""
+        root = self.config.root_dir
+        for path in (self.commit_log.mapped_file_queue.store_path, self.consume_queues.root):
+            path.mkdir(exist_ok=True)
+        fsync_dir(root)
+        self.last_exit_ok = last_exit_ok = not (root / "abort").exists()
+        self.checkpoint = checkpoint = StoreCheckpoint(root / "checkpoint")
+        self.commit_log.load()
+        self.consume_queues.load()
+        if self.config.message_index_enable:
+            self.index_service.load(last_exit_ok=last_exit_ok)
+        started = time.monotonic()
+        result = recover(
+            self.commit_log,
+            self.consume_queues,
+            checkpoint,
+            self.dispatchers,
+            self._consume_queue_dispatcher,
+            last_exit_ok=last_exit_ok,
+            check_crc=self.config.check_crc_on_recover,
+            require_prop_crc=self.config.force_verify_prop_crc,
+        )
+        self.recovery = result
+        self._writer.resume(
+            result.process_offset,
+            result.units,
+            max(
+                result.last_store_timestamp, checkpoint.physic_msg_timestamp, checkpoint.logics_msg_timestamp
+            ),
+        )
+        reput_from = self.index_service.recover_from(self.commit_log.min_offset, last_exit_ok=last_exit_ok)
+        self.reput = ReputMessageService(
+            self.commit_log,
+            self.async_dispatchers,
+            min(reput_from, self.commit_log.max_offset),
+            on_error=self._on_reput_error,
+        )
+        self._flusher.open(checkpoint, self.reput)
+        self._retention.open(self.reput)
+        log.info(
+            "message store %s recovered in %.1f ms (%s exit; %s)",
+            root,
+            (time.monotonic() - started) * 1000,
+            "clean" if last_exit_ok else "UNCLEAN",
+            result,
+        )
 
     async def start(self) -> None:
-        """Start the flush threads, bound to the running loop (where ``wait_flushed`` futures live)."""
+        """Start the flush threads, bound to the running loop (where ``wait_flushed`` futures live), the
+        reput thread and the clean thread. Raises :class:`StoreClosedError` when not open, RuntimeError when
+        already started."""
         self._check_open()
-        if self._loop is not None:
-            raise RuntimeError("store already started")
-        config = self.config
         loop = asyncio.get_running_loop()
-        self._loop = loop
-        if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
-            self._group_commit = GroupCommitService(
-                self._flush_commit_log,
-                sync_flush_timeout_ms=config.sync_flush_timeout_ms,
-                on_error=self._on_flush_error,
-            )
-            self._group_commit.start_on(loop, self.commit_log.flushed_offset)
-        else:
-            self._commit_log_flusher = PeriodicFlushService(
-                "quasar-flush-commitlog",
-                self._flush_commit_log,
-                interval_ms=config.flush_interval_ms,
-                least_pages=config.flush_least_pages,
-                thorough_interval_ms=config.flush_thorough_interval_ms,
-                on_error=self._on_flush_error,
-            )
-            self._commit_log_flusher.start()
-        self._consume_queue_flusher = PeriodicFlushService(
-            "quasar-flush-consumequeue",
-            self.flush_consume_queues,
-            interval_ms=config.flush_consume_queue_interval_ms,
-            least_pages=config.flush_consume_queue_least_pages,
-            thorough_interval_ms=config.flush_consume_queue_thorough_interval_ms,
-            on_error=self._on_flush_error,
-        )
-        self._consume_queue_flusher.start()
+        self._flusher.start(loop)
         if self.reput is not None and self.async_dispatchers:
             self.reput.start()
-        self._clean_service.start()
+        self._retention.start(loop)
 
     async def close(self) -> None:
         """Stop the flush threads, flush everything, write the checkpoint, remove the abort file (the blocking
         parts run in the default executor). Pending ``wait_flushed`` futures resolve. Idempotent.
         """
-        if self._state is not _State.OPEN:
+        if self._state.phase is not StorePhase.OPEN:
             return
-        self._state = _State.CLOSING
+        self._state.phase = StorePhase.CLOSING
         loop = asyncio.get_running_loop()
         try:
             await loop.run_in_executor(None, self._shutdown_and_flush)
         finally:
-            if self._group_commit is not None and self._loop is loop:
-                self._group_commit.finish(self.commit_log.flushed_offset)
+            if self._flusher.loop is loop:
+                self._flusher.release_waiters()
             await loop.run_in_executor(None, self._release_files)
 
     def close_sync(self) -> None:
         """Blocking :meth:`close`, for use without a running loop (or from a thread other than the loop's)."""
-        if self._state is not _State.OPEN:
+        if self._state.phase is not StorePhase.OPEN:
             return
-        self._state = _State.CLOSING
+        self._state.phase = StorePhase.CLOSING
         try:
             self._shutdown_and_flush()
         finally:
-            group_commit, loop = self._group_commit, self._loop
-            if group_commit is not None and loop is not None and not loop.is_closed():
-                flushed = self.commit_log.flushed_offset
-                try:
-                    running = asyncio.get_running_loop()
-                except RuntimeError:
-                    running = None
-                if running is loop:
-                    group_commit.finish(flushed)
-                else:
-                    loop.call_soon_threadsafe(group_commit.finish, flushed)
+            self._flusher.release_waiters()
             self._release_files()
 
     def _shutdown_and_flush(self) -> int:
-        for service in (
-            self._clean_service,
-            self._group_commit,
-            self._commit_log_flusher,
-            self._consume_queue_flusher,
-            self.reput,
-        ):
-            if service is not None:
-                service.shutdown()
-        if not self._writable:
+        self._retention.shutdown()
+        self._flusher.shutdown()
+        if self.reput is not None:
+            self.reput.shutdown()
+        if not self._state.writable:
             return self.commit_log.flushed_offset
         try:
-            if self.reput is not None and self.async_dispatchers and not self._reput_failed:
+            if self.reput is not None and self.async_dispatchers and not self._state.reput_failed:
                 self.reput.do_reput()  # dispatch what is left (RocketMQ: dispatchBehindBytes() == 0)
-            self.flush_consume_queues(0)
+            self._flusher.flush_consume_queues(0)
         except BaseException:
-            self._writable = False  # the abort file stays: the next open recovers abnormally
+            self._state.writable = False  # the abort file stays: the next open recovers abnormally
             raise
         remove_abort_file(self.config.root_dir / "abort")
         return self.commit_log.flushed_offset
@@ -335,60 +340,253 @@ class MessageStore(StoreWriter, StoreReader, StoreRetention, StoreFlushing):
         if self._lock_fd >= 0:
             os.close(self._lock_fd)  # releases the flock
             self._lock_fd = -1
-        self._state = _State.CLOSED
+        self._state.phase = StorePhase.CLOSED
 
     def _check_open(self) -> None:
-        if self._state is not _State.OPEN:
-            raise StoreClosedError(f"the message store is {self._state}")
+        if not self._state.is_open:
+            raise StoreClosedError(f"the message store is {self._state.phase}")
 
     def _on_reput_error(self, exc: BaseException) -> None:
         log.error("message store: the reput service failed; the index stops growing until reopened: %r", exc)
-        self._reput_failed = True
+        self._state.reput_failed = True
 
-    def _recover(self) -> None:
-        checkpoint = self.checkpoint
-        assert checkpoint is not None and self.last_exit_ok is not None
-        result = recover(
-            self.commit_log,
-            self.consume_queues,
-            checkpoint,
-            self.dispatchers,
-            self._consume_queue_dispatcher,
-            last_exit_ok=self.last_exit_ok,
-            check_crc=self.config.check_crc_on_recover,
-            require_prop_crc=self.config.force_verify_prop_crc,
+    # -- write path (StoreWriter; put and put_batch are bound onto the instance in __init__) -----------------
+
+    def put(
+        self,
+        topic: str,
+        queue_id: int,
+        body: bytes | bytearray | memoryview,
+        *,
+        properties: Mapping[str, str] | None = None,
+        tag_hash: int = 0,
+        born_timestamp_ms: int | None = None,
+    ) -> PutResult:
+        """:meth:`StoreWriter.put <quasar.storage.write_path.StoreWriter.put>`: append one record and its
+        consume queue unit; does not wait for the disk."""
+        return self._writer.put(
+            topic,
+            queue_id,
+            body,
+            properties=properties,
+            tag_hash=tag_hash,
+            born_timestamp_ms=born_timestamp_ms,
         )
-        self.recovery = result
-        self._dispatch_mark = (result.process_offset, result.units)
-        self._last_store_timestamp = max(
-            result.last_store_timestamp, checkpoint.physic_msg_timestamp, checkpoint.logics_msg_timestamp
+
+    def put_batch(
+        self,
+        topic: str,
+        queue_id: int,
+        bodies: Sequence[bytes | bytearray | memoryview],
+        *,
+        properties: Mapping[str, str] | None = None,
+        tag_hash: int = 0,
+        born_timestamp_ms: int | None = None,
+    ) -> PutBatchResult:
+        """:meth:`StoreWriter.put_batch <quasar.storage.write_path.StoreWriter.put_batch>`: one record per
+        body, consecutive queue offsets, one segment; does not wait for the disk."""
+        return self._writer.put_batch(
+            topic,
+            queue_id,
+            bodies,
+            properties=properties,
+            tag_hash=tag_hash,
+            born_timestamp_ms=born_timestamp_ms,
         )
+
+    def wait_flushed(self, commit_log_offset_end: int) -> Awaitable[PutStatus]:
+        """:meth:`StoreFlusher.wait_flushed <quasar.storage.store_flushing.StoreFlusher.wait_flushed>`: PUT_OK
+        once the commit log is durable up to ``commit_log_offset_end`` (bytes)."""
+        return self._flusher.wait_flushed(commit_log_offset_end)
+
+    async def put_and_wait(
+        self,
+        topic: str,
+        queue_id: int,
+        body: bytes | bytearray | memoryview,
+        *,
+        properties: Mapping[str, str] | None = None,
+        tag_hash: int = 0,
+        born_timestamp_ms: int | None = None,
+    ) -> PutResult:
+        """:meth:`put`, then :meth:`wait_flushed` of its end; the result carries the flush status."""
+        result = self.put(
+            topic,
+            queue_id,
+            body,
+            properties=properties,
+            tag_hash=tag_hash,
+            born_timestamp_ms=born_timestamp_ms,
+        )
+        if result.status is not PutStatus.PUT_OK:
+            return result
+        status = await self.wait_flushed(result.commit_log_offset + result.wrote_bytes)
+        return result if status is PutStatus.PUT_OK else result._replace(status=status)
+
+    async def put_batch_and_wait(
+        self,
+        topic: str,
+        queue_id: int,
+        bodies: Sequence[bytes | bytearray | memoryview],
+        *,
+        properties: Mapping[str, str] | None = None,
+        tag_hash: int = 0,
+        born_timestamp_ms: int | None = None,
+    ) -> PutBatchResult:
+        """:meth:`put_batch`, then ONE :meth:`wait_flushed` of the batch's end (RocketMQ: one
+        ``GroupCommitRequest`` per batch); the result carries the flush status."""
+        result = self.put_batch(
+            topic,
+            queue_id,
+            bodies,
+            properties=properties,
+            tag_hash=tag_hash,
+            born_timestamp_ms=born_timestamp_ms,
+        )
+        if result.status is not PutStatus.PUT_OK:
+            return result
+        status = await self.wait_flushed(result.end_offset)
+        return result if status is PutStatus.PUT_OK else dataclasses.replace(result, status=status)
+
+    # -- read path (StoreReader; get is bound onto the instance in __init__) ----------------------------------
+
+    def get(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        max_count: int,
+        max_bytes: int = DEFAULT_MAX_GET_BYTES,
+    ) -> GetResult:
+        """:meth:`StoreReader.get <quasar.storage.read_path.StoreReader.get>`: up to ``max_count`` messages from
+        ``queue_offset`` on, bodies as zero-copy memoryviews."""
+        return self._reader.get(topic, queue_id, queue_offset, max_count, max_bytes)
+
+    def get_by_offset(self, commit_log_offset: int, size: int) -> StoredMessage:
+        """The record at ``commit_log_offset`` of ``size`` bytes (:meth:`StoreReader.get_by_offset
+        <quasar.storage.read_path.StoreReader.get_by_offset>`)."""
+        return self._reader.get_by_offset(commit_log_offset, size)
+
+    def query(
+        self, topic: str, key: str, begin_ms: int = 0, end_ms: int = 2**63 - 1, max_num: int = 32
+    ) -> list[StoredMessage]:
+        """Messages of ``topic`` indexed under ``key`` stored in ``[begin_ms, end_ms]`` (ms), oldest first
+        (:meth:`StoreReader.query <quasar.storage.read_path.StoreReader.query>`)."""
+        return self._reader.query(topic, key, begin_ms, end_ms, max_num)
+
+    def max_queue_offset(self, topic: str, queue_id: int) -> int:
+        """The next queue offset to be written (0 for an unknown queue)."""
+        return self._reader.max_queue_offset(topic, queue_id)
+
+    def min_queue_offset(self, topic: str, queue_id: int) -> int:
+        """The first queue offset still held (0 for an unknown queue)."""
+        return self._reader.min_queue_offset(topic, queue_id)
+
+    def queues(self) -> list[tuple[str, int]]:
+        """Every (topic, queue id) with a consume queue, sorted."""
+        return self._reader.queues()
+
+    @property
+    def corrupt_records_skipped(self) -> int:
+        """Records skipped by ``get`` because their body CRC did not match (bit rot)."""
+        return self._reader.corrupt_records_skipped
+
+    @property
+    def min_commit_log_offset(self) -> int:
+        return self.commit_log.min_offset
+
+    @property
+    def max_commit_log_offset(self) -> int:
+        """End of the written commit log (bytes)."""
+        return self.commit_log.max_offset
+
+    @property
+    def flushed_commit_log_offset(self) -> int:
+        """End of the fdatasynced commit log (bytes)."""
+        return self.commit_log.flushed_offset
+
+    # -- flushing (StoreFlusher) ------------------------------------------------------------------------------
+
+    def flush(self) -> int:
+        """fdatasync the commit log, then every consume queue, then write the checkpoint; returns the flushed
+        commit log offset (bytes). Blocking: call it off the event loop (``loop.run_in_executor``).
+        Raises :class:`StoreClosedError` when not open, OSError when a sync fails.
+        """
+        self._check_open()
+        self._flusher.flush_consume_queues(0)
+        return self.commit_log.flushed_offset
+
+    def flush_consume_queues(self, least_pages: int = 0) -> None:
+        """Flush the consume queues; a thorough round (0) also the index, the commit log and the checkpoint
+        (:meth:`StoreFlusher.flush_consume_queues
+        <quasar.storage.store_flushing.StoreFlusher.flush_consume_queues>`). Blocking."""
+        self._flusher.flush_consume_queues(least_pages)
+
+    # -- retention (StoreRetention) ---------------------------------------------------------------------------
+
+    def set_queue_min_offset(self, topic: str, queue_id: int, queue_offset: int) -> None:
+        """Units of (topic, queue id) below ``queue_offset`` are no longer needed (retention may reclaim them);
+        never moves back (:meth:`StoreRetention.set_queue_min_offset
+        <quasar.storage.clean_service.StoreRetention.set_queue_min_offset>`). Loop thread."""
+        self._retention.set_queue_min_offset(topic, queue_id, queue_offset)
+
+    @property
+    def queue_min_offsets(self) -> dict[tuple[str, int], int]:
+        """Per (topic, queue id): the offset given to :meth:`set_queue_min_offset` (do not mutate)."""
+        return self._retention.queue_min_offsets
+
+    def clean_once(self, *, now_s: float | None = None, force: bool = False) -> CleanResult:
+        """One round of the clean service; ``force`` deletes expired files at any hour (RocketMQ's manual
+        deletion). Blocking: the clean thread, or a test."""
+        return self._retention.clean_once(now_s=now_s, force=force)
+
+    def run_on_loop(self, action: Callable[[], T]) -> T:
+        """Run ``action`` on the store's event loop thread and return its result (blocking from another
+        thread; directly before ``start()``)."""
+        return self._retention.run_on_loop(action)
+
+    # -- state -------------------------------------------------------------------------------------------------
 
     @property
     def is_open(self) -> bool:
-        return self._state is _State.OPEN
+        return self._state.is_open
 
     @property
     def dispatched_commit_log_offset(self) -> int:
         """End of the records whose consume queue units are written (bytes)."""
-        return self._dispatch_mark[0]
+        return self._writer.dispatch_mark[0]
 
     @property
     def writable(self) -> bool:
         """False after an I/O failure: puts answer SERVICE_NOT_AVAILABLE until the store is reopened."""
-        return self._writable
+        return self._state.writable
+
+    @property
+    def disk_full(self) -> bool:
+        """The disk guard refuses puts (disk use above ``disk_space_warning_level_ratio``)."""
+        return self._state.disk_full
+
+    @property
+    def disk_full_refusals(self) -> int:
+        """Puts refused because the disk is full (guard ratio or ENOSPC)."""
+        return self._state.disk_full_refusals
 
     def statistics(self) -> StoreStatistics:
-        group_commit = self._group_commit
         return StoreStatistics(
             min_commit_log_offset=self.commit_log.min_offset,
             max_commit_log_offset=self.commit_log.max_offset,
             flushed_commit_log_offset=self.commit_log.flushed_offset,
-            dispatched_commit_log_offset=self._dispatch_mark[0],
+            dispatched_commit_log_offset=self._writer.dispatch_mark[0],
             consume_queues=len(self.consume_queues),
-            group_commit_rounds=group_commit.flush_rounds if group_commit is not None else 0,
-            pending_flush_waiters=group_commit.pending if group_commit is not None else 0,
-            writable=self._writable,
+            group_commit_rounds=self._flusher.group_commit_rounds,
+            pending_flush_waiters=self._flusher.pending_waiters,
+            writable=self._state.writable,
             dispatch_behind_bytes=self.reput.dispatch_behind_bytes if self.reput is not None else 0,
-            disk_full=self.disk_full,
+            disk_full=self._state.disk_full,
         )
+
+
+if TYPE_CHECKING:
+
+    def _satisfies_the_port(store: MessageStore) -> MessageStorePort:
+        return store  # mypy checks MessageStore against the ledger's port here

@@ -1,6 +1,6 @@
 """The store's read path: get by queue offset, get by commit log offset, and query by key (RocketMQ
-``DefaultMessageStore.getMessage`` / ``lookMessageByOffset`` / ``queryMessage``), as a base class of
-:class:`~quasar.storage.message_store.MessageStore` (split out to keep the facade readable).
+``DefaultMessageStore.getMessage`` / ``lookMessageByOffset`` / ``queryMessage``): the :class:`StoreReader`
+object :class:`~quasar.storage.message_store.MessageStore` owns and delegates to.
 
 Reads happen on the event loop thread and return zero-copy views of the mapped commit log. Every message
 returned by ``get`` has its body CRC checked: a damaged record (bit rot) is reported with its offset, counted
@@ -15,11 +15,12 @@ from quasar.storage.commit_log import CommitLog
 from quasar.storage.config import StoreConfig
 from quasar.storage.consume_queue import UNIT
 from quasar.storage.dispatch import ConsumeQueueStore
-from quasar.storage.errors import CorruptRecordError, OffsetOutOfRangeError
+from quasar.storage.errors import CorruptRecordError, OffsetOutOfRangeError, StoreClosedError
 from quasar.storage.index_service import IndexService
 from quasar.storage.record import PROPERTY_KEYS, PROPERTY_UNIQ_KEY, decode_properties
 from quasar.storage.results import GetResult, StoredMessage, decode_stored_message, stored_message_of
 from quasar.storage.status import GetStatus
+from quasar.storage.store_state import StoreState
 
 log = logging.getLogger(__name__)
 
@@ -27,16 +28,28 @@ DEFAULT_MAX_GET_BYTES = 4 * 1024 * 1024
 
 
 class StoreReader:
-    """Read methods of the store; the subclass provides the attributes below and ``_check_open``."""
+    """The read path of one store (loop thread): given the commit log, the consume queues, the index and the
+    shared :class:`StoreState`; counts the damaged records it skipped."""
 
-    config: StoreConfig
-    commit_log: CommitLog
-    consume_queues: ConsumeQueueStore
-    index_service: IndexService
-    corrupt_records_skipped: int
+    def __init__(
+        self,
+        config: StoreConfig,
+        commit_log: CommitLog,
+        consume_queues: ConsumeQueueStore,
+        index_service: IndexService,
+        state: StoreState,
+    ) -> None:
+        self._index_enabled = config.message_index_enable
+        self._commit_log = commit_log
+        self._consume_queues = consume_queues
+        self._index_service = index_service
+        self._state = state
+        self.corrupt_records_skipped = 0
+        """Records skipped by ``get`` and ``query`` because their CRC did not match (bit rot)."""
 
-    def _check_open(self) -> None:  # pragma: no cover - overridden
-        raise NotImplementedError
+    def _check_open(self) -> None:
+        if not self._state.is_open:
+            raise StoreClosedError(f"the message store is {self._state.phase}")
 
     # -- read path -------------------------------------------------------------------------------------------
 
@@ -56,18 +69,12 @@ class StoreReader:
         self._check_open()
         if max_count < 1:
             raise ValueError(f"max_count must be >= 1: {max_count}")
-        queue = self.consume_queues.get(topic, queue_id)
+        queue = self._consume_queues.get(topic, queue_id)
         if queue is None:
             return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, [], 0, 0, 0)
         min_offset, max_offset = queue.min_offset, queue.max_offset
-        if max_offset == 0:
-            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, [], 0, min_offset, max_offset)
-        if queue_offset < min_offset:
-            return GetResult(GetStatus.OFFSET_TOO_SMALL, [], min_offset, min_offset, max_offset)
-        if queue_offset == max_offset:
-            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, [], queue_offset, min_offset, max_offset)
-        if queue_offset > max_offset:
-            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, [], max_offset, min_offset, max_offset)
+        if not min_offset <= queue_offset < max_offset:
+            return _outside_queue(queue_offset, min_offset, max_offset)
         messages: list[StoredMessage] = []
         offset = queue_offset
         total_bytes = 0
@@ -106,7 +113,7 @@ class StoreReader:
         """Decode the record a unit points at; None when the commit log no longer holds it. Raises
         :class:`CorruptRecordError` when it is not a record of that size (or, with ``check_crc``, its body
         CRC does not match: bit rot)."""
-        mapped_file = self.commit_log.mapped_file_queue.find_mapped_file_by_offset(commit_log_offset)
+        mapped_file = self._commit_log.mapped_file_queue.find_mapped_file_by_offset(commit_log_offset)
         if mapped_file is None:
             return None
         return decode_stored_message(
@@ -130,7 +137,7 @@ class StoreReader:
         if message is None:
             raise OffsetOutOfRangeError(
                 f"commit log offset {commit_log_offset} is outside "
-                f"[{self.commit_log.min_offset}, {self.commit_log.max_offset})"
+                f"[{self._commit_log.min_offset}, {self._commit_log.max_offset})"
             )
         return message
 
@@ -152,13 +159,13 @@ class StoreReader:
         self._check_open()
         if max_num < 1:
             raise ValueError(f"max_num must be >= 1: {max_num}")
-        if not self.config.message_index_enable or not isinstance(key, str) or not key:
+        if not self._index_enabled or not isinstance(key, str) or not key:
             return []
         messages: list[StoredMessage] = []
-        offsets = self.index_service.query_offsets(topic, key, max_num, begin_ms, end_ms)
+        offsets = self._index_service.query_offsets(topic, key, max_num, begin_ms, end_ms)
         for offset in dict.fromkeys(offsets):  # an item indexed twice (a retried dispatch) counts once
             try:
-                record = self.commit_log.read_record(offset, check_crc=True)
+                record = self._commit_log.read_record(offset, check_crc=True)
             except (CorruptRecordError, OffsetOutOfRangeError) as exc:
                 log.warning("query %s#%s: commit log offset %d skipped: %s", topic, key, offset, exc)
                 continue
@@ -180,40 +187,38 @@ class StoreReader:
             keys.update(properties.get(PROPERTY_KEYS, "").split())
             if properties.get(PROPERTY_UNIQ_KEY):
                 keys.add(properties[PROPERTY_UNIQ_KEY])
-        extractor = self.index_service.key_extractor
+        extractor = self._index_service.key_extractor
         if extractor is not None:
             try:
                 keys.update(extractor(topic, body))
-            except Exception as exc:
-                log.warning("key extractor failed on a %s record: %r", topic, exc)
+            except Exception:  # the application's extractor: its failure only loses keys, never the query
+                log.warning("key extractor failed on a %s record", topic, exc_info=True)
         return keys
 
-    # -- queries ---------------------------------------------------------------------------------------------
+    # -- queue bounds ----------------------------------------------------------------------------------------
 
     def max_queue_offset(self, topic: str, queue_id: int) -> int:
         """The next queue offset to be written (0 for an unknown queue)."""
-        queue = self.consume_queues.get(topic, queue_id)
+        queue = self._consume_queues.get(topic, queue_id)
         return queue.max_offset if queue is not None else 0
 
     def min_queue_offset(self, topic: str, queue_id: int) -> int:
         """The first queue offset still held (0 for an unknown queue)."""
-        queue = self.consume_queues.get(topic, queue_id)
+        queue = self._consume_queues.get(topic, queue_id)
         return queue.min_offset if queue is not None else 0
 
     def queues(self) -> list[tuple[str, int]]:
         """Every (topic, queue id) with a consume queue, sorted."""
-        return self.consume_queues.queues()
+        return self._consume_queues.queues()
 
-    @property
-    def min_commit_log_offset(self) -> int:
-        return self.commit_log.min_offset
 
-    @property
-    def max_commit_log_offset(self) -> int:
-        """End of the written commit log (bytes)."""
-        return self.commit_log.max_offset
-
-    @property
-    def flushed_commit_log_offset(self) -> int:
-        """End of the fdatasynced commit log (bytes)."""
-        return self.commit_log.flushed_offset
+def _outside_queue(queue_offset: int, min_offset: int, max_offset: int) -> GetResult:
+    """The answer of ``get`` for a ``queue_offset`` outside ``[min_offset, max_offset)`` (RocketMQ
+    ``getMessage``'s statuses and next-begin offsets)."""
+    if max_offset == 0:
+        return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, [], 0, min_offset, max_offset)
+    if queue_offset < min_offset:
+        return GetResult(GetStatus.OFFSET_TOO_SMALL, [], min_offset, min_offset, max_offset)
+    if queue_offset == max_offset:
+        return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, [], queue_offset, min_offset, max_offset)
+    return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, [], max_offset, min_offset, max_offset)

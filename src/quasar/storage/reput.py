@@ -27,7 +27,8 @@ from collections.abc import Callable, Sequence
 
 from quasar.storage.commit_log import CommitLog
 from quasar.storage.dispatch import Dispatcher, DispatchRequest
-from quasar.storage.flush import _ServiceThread
+from quasar.storage.errors import CorruptRecordError
+from quasar.storage.flush import ServiceThread
 from quasar.storage.record import (
     BLANK_MAGIC_CODE,
     BODY_POSITION,
@@ -56,7 +57,7 @@ REPUT_WAIT_S = 0.010
 REPUT_RETRY_S = 1.0
 
 
-class ReputMessageService(_ServiceThread):
+class ReputMessageService(ServiceThread):
     """Feeds ``dispatchers`` every record from ``reput_from_offset`` (a record boundary) on."""
 
     def __init__(
@@ -171,7 +172,7 @@ class ReputMessageService(_ServiceThread):
         if properties_end > properties_start:
             try:
                 properties = decode_properties(buffer[properties_start:properties_end])
-            except Exception:
+            except CorruptRecordError:  # not UTF-8: indexed without its keys
                 properties = {}
             keys = properties.get(PROPERTY_KEYS, "")
             uniq_key = properties.get(PROPERTY_UNIQ_KEY, "")

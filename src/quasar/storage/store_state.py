@@ -1,0 +1,91 @@
+"""StoreState: the life-cycle phase and write gate of one message store, shared by its parts.
+
+:class:`~quasar.storage.message_store.MessageStore` owns a writer (:mod:`quasar.storage.write_path`), a reader
+(:mod:`quasar.storage.read_path`), the flushing (:mod:`quasar.storage.store_flushing`) and the retention
+(:mod:`quasar.storage.clean_service`) as separate objects. The little state more than one of them needs is
+this one object, handed to each constructor, instead of attributes shared through ``self``:
+
+- ``phase``: new -> open -> closing -> closed, moved by the facade only (loop thread, or ``close_sync``);
+- ``writable``: cleared for good by a failed flush (flush threads) or a failed dispatch (loop thread);
+- ``disk_full``: the disk guard, set and cleared by the clean service (clean thread; a put that gets
+  ``ENOSPC`` is refused on its own and leaves the flag alone);
+- ``refusing``: True unless open, writable and not disk full, kept up to date by the three setters, so the
+  publish path tests one attribute (RocketMQ ``DefaultMessageStore.checkStoreStatus``).
+
+Plain attribute stores: a flag set on one thread is seen by the loop thread at its next put (the GIL orders
+them); a put racing with the flag change is accepted or refused as a whole.
+"""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = ["StorePhase", "StoreState"]
+
+
+class StorePhase(enum.Enum):
+    """Where the store is in its life cycle (``MessageStore.open`` / ``close``)."""
+
+    NEW = "new"
+    OPEN = "open"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class StoreState:
+    """Phase, write gate and their counters; see the module docstring for who moves what."""
+
+    __slots__ = ("_disk_full", "_phase", "_writable", "disk_full_refusals", "refusing", "reput_failed")
+
+    def __init__(self) -> None:
+        self._phase = StorePhase.NEW
+        self._writable = True
+        self._disk_full = False
+        self.refusing = True
+        """True unless the store is open, writable and not disk full: the publish path's one test."""
+        self.disk_full_refusals = 0
+        """Puts refused because the disk is full (guard ratio or ENOSPC)."""
+        self.reput_failed = False
+        """The reput thread died: the index stops growing until the store is reopened."""
+
+    def __repr__(self) -> str:
+        return f"StoreState({self._phase}, writable={self._writable}, disk_full={self._disk_full})"
+
+    def _update(self) -> None:
+        self.refusing = self._phase is not StorePhase.OPEN or not self._writable or self._disk_full
+
+    @property
+    def phase(self) -> StorePhase:
+        return self._phase
+
+    @phase.setter
+    def phase(self, phase: StorePhase) -> None:
+        self._phase = phase
+        self._update()
+
+    @property
+    def is_open(self) -> bool:
+        return self._phase is StorePhase.OPEN
+
+    @property
+    def writable(self) -> bool:
+        """False after an I/O failure: puts answer SERVICE_NOT_AVAILABLE until the store is reopened."""
+        return self._writable
+
+    @writable.setter
+    def writable(self, writable: bool) -> None:
+        self._writable = writable
+        self._update()
+
+    @property
+    def disk_full(self) -> bool:
+        """The disk guard refuses puts (disk use above ``disk_space_warning_level_ratio``)."""
+        return self._disk_full
+
+    @disk_full.setter
+    def disk_full(self, disk_full: bool) -> None:
+        self._disk_full = disk_full
+        self._update()
