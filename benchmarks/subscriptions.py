@@ -37,7 +37,7 @@ from rich.table import Table
 
 from quasar.ledger.config import ManagedLedgerConfig
 from quasar.ledger.factory import ManagedLedgerFactory
-from quasar.storage.metadata import MetadataStore
+from quasar.metadata.sqlite import SqliteMetadataStore
 from quasar.testing.broker_process import BrokerProcess
 from quasar.testing.fake_store import FakeMessageStore
 
@@ -117,23 +117,24 @@ def consume_throughput(service_url: str, messages: int, keys: int) -> tuple[floa
 
 
 async def _persist_cost(rounds: int, directory: Path) -> tuple[float, int]:
-    metadata = MetadataStore(directory / "metadata.db")
+    metadata = await SqliteMetadataStore.open(directory / "metadata.db")
     factory = ManagedLedgerFactory(FakeMessageStore(), metadata, ManagedLedgerConfig())
+    await factory.start()
     try:
-        ledger = factory.open("persistent://public/default/persist-bench")
+        ledger = await factory.open("persistent://public/default/persist-bench")
         positions = [await ledger.add_entry(b"e") for _ in range(20_000)]
-        cursor = ledger.open_cursor("holes", "earliest")
+        cursor = await ledger.open_cursor("holes", "earliest")
         cursor.delete(positions[1::2])  # 10,000 holes
         started = time.perf_counter()
         for _ in range(rounds):
-            cursor._touch()  # mark the (unchanged) state dirty so each round writes it
-            await cursor.flush()
+            # what flush() does when the state changed: snapshot it and write it to the metadata store
+            await cursor.ledger.persist_cursor(cursor.snapshot())
         elapsed = time.perf_counter() - started
         size = len(json.dumps(cursor.snapshot().to_json()))
         return elapsed / rounds * 1000, size
     finally:
         await factory.close()
-        metadata.close()
+        await metadata.close()
 
 
 @click.command()

@@ -1,26 +1,31 @@
 """Fixtures for the managed-ledger tests: a store + metadata environment that can be restarted.
 
-``env`` runs on the in-memory fake (with fault injection); ``any_env`` runs once on the fake and once on
-the real ``MessageStore`` + SQLite ``MetadataStore`` under ``tmp_path`` (skipped until storage has them).
+``env`` runs on the in-memory fakes (with fault injection); ``any_env`` runs once on the fakes and once on
+the real ``MessageStore`` + ``SqliteMetadataStore`` under ``tmp_path``. ``stored_json`` reads a metadata
+value back for assertions.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
+from typing import Any
 
 import pytest
 
 from quasar.ledger.config import ManagedLedgerConfig
 from quasar.ledger.factory import ManagedLedgerFactory
+from quasar.metadata.port import MetadataStore, decode_json
 from quasar.testing.fake_store import FakeMessageStore, FakeMetadataStore
 
 FAST = ManagedLedgerConfig(
     max_entries_per_ledger=3, min_ledger_rollover_time_ms=0, cursor_persist_interval_ms=10
 )
 
-HAVE_REAL_STORE = importlib.util.find_spec("quasar.storage.message_store") is not None
-HAVE_REAL_METADATA = importlib.util.find_spec("quasar.storage.metadata") is not None
+
+async def stored_json(metadata: MetadataStore, path: str) -> Any:
+    """The JSON value at ``path``, or None when absent."""
+    stored = await metadata.get(path)
+    return None if stored is None else decode_json(path, stored.value)
 
 
 class FakeEnv:
@@ -50,8 +55,8 @@ class FakeEnv:
 
 
 class RealEnv(FakeEnv):
-    """The real MessageStore (small segments) and SQLite MetadataStore under ``tmp_path`` (the fake metadata
-    store while the real one is missing); ``restart()`` closes and reopens both over the same files."""
+    """The real MessageStore (small segments) and SqliteMetadataStore under ``tmp_path``; ``restart()``
+    closes and reopens both over the same files."""
 
     kind = "real"
 
@@ -60,18 +65,16 @@ class RealEnv(FakeEnv):
         self.root = root
         self.factory = None
         self.store = None
-        self.metadata = None if HAVE_REAL_METADATA else FakeMetadataStore()
+        self.metadata = None
 
     async def start(self) -> ManagedLedgerFactory:
+        from quasar.metadata.sqlite import SqliteMetadataStore
         from quasar.storage.message_store import MessageStore, StoreConfig
 
         self.store = MessageStore(StoreConfig(root_dir=self.root / "store", commit_log_file_size=64 * 1024))
         await asyncio.get_running_loop().run_in_executor(None, self.store.open)
         await self.store.start()
-        if HAVE_REAL_METADATA:
-            from quasar.storage.metadata import MetadataStore
-
-            self.metadata = MetadataStore(self.root / "metadata.db")
+        self.metadata = await SqliteMetadataStore.open(self.root / "metadata.db")
         return await super().start()
 
     async def stop(self) -> None:
@@ -79,8 +82,8 @@ class RealEnv(FakeEnv):
         if self.store is not None:
             await self.store.close()
             self.store = None
-        if HAVE_REAL_METADATA and self.metadata is not None:
-            self.metadata.close()
+        if self.metadata is not None:
+            await self.metadata.close()
             self.metadata = None
 
 
@@ -95,8 +98,6 @@ async def env():
 @pytest.fixture(params=["fake", "real"])
 async def any_env(request, tmp_path):
     if request.param == "real":
-        if not HAVE_REAL_STORE:
-            pytest.skip("quasar.storage.message_store not available yet")
         environment: FakeEnv = RealEnv(FAST, tmp_path)
     else:
         environment = FakeEnv(FAST)

@@ -83,9 +83,9 @@ def test_snapshot_round_trip_and_bad_words():
 
 
 async def test_cursor_batch_sets_survive_restart(any_env):
-    ledger = any_env.factory.open(TOPIC)
+    ledger = await any_env.factory.open(TOPIC)
     positions = [await ledger.add_entry(b"batch%d" % i) for i in range(3)]
-    cursor = ledger.open_cursor("sub", "earliest")
+    cursor = await ledger.open_cursor("sub", "earliest")
     cursor.delete_batch_indexes(positions[1], 0b1010)
     cursor.delete_batch_indexes(positions[1], 0b0110)  # AND: only index 1 left
     cursor.delete_batch_indexes(positions[0], 0)  # empty: the whole entry goes
@@ -96,7 +96,7 @@ async def test_cursor_batch_sets_survive_restart(any_env):
     with pytest.raises(ValueError):
         cursor.delete_batch_indexes(positions[2], -1)
     factory = await any_env.restart()
-    cursor = factory.open(TOPIC).cursors["sub"]
+    cursor = (await factory.open(TOPIC)).cursors["sub"]
     assert cursor.batch_ack_set(positions[1]) == 0b0010
     cursor.delete_batch_indexes(positions[1], 0b0001)
     assert cursor.batch_ack_set(positions[1]) is None

@@ -16,33 +16,34 @@ from quasar.ledger.errors import (
 from quasar.ledger.factory import ManagedLedgerFactory
 from quasar.ledger.position import EARLIEST, LATEST, Position
 from quasar.ledger.range_set import PositionRangeSet
+from tests.ledger.conftest import stored_json
 
 TOPIC = "persistent://public/default/cursors"
 
 
 async def filled(env, count=6):
-    ledger = env.factory.open(TOPIC)
+    ledger = await env.factory.open(TOPIC)
     positions = [await ledger.add_entry(b"e%d" % i) for i in range(count)]
     return ledger, positions
 
 
 async def test_initial_positions(env):
     ledger, positions = await filled(env, 4)
-    latest = ledger.open_cursor("latest", "latest")
-    earliest = ledger.open_cursor("earliest", "earliest")
+    latest = await ledger.open_cursor("latest", "latest")
+    earliest = await ledger.open_cursor("earliest", "earliest")
     assert latest.mark_delete_position == positions[-1]
     assert latest.read_entries(10) == [] and latest.number_of_entries_in_backlog == 0
     assert earliest.mark_delete_position == Position(positions[0].ledger_id, -1)
     assert earliest.read_position == positions[0]
     assert earliest.number_of_entries_in_backlog == 4
-    assert ledger.open_cursor("earliest", "latest") is earliest  # existing cursor: unchanged
+    assert await ledger.open_cursor("earliest", "latest") is earliest  # existing cursor: unchanged
     new = await ledger.add_entry(b"new")
     assert [e.position for e in latest.read_entries(10)] == [new]
 
 
 async def test_individual_acks_advance_mark_delete_across_a_ledger_boundary(env):
     ledger, p = await filled(env)  # p[0..2] in ledger A, p[3..5] in ledger B
-    cursor = ledger.open_cursor("sub", "earliest")
+    cursor = await ledger.open_cursor("sub", "earliest")
     assert [e.position for e in cursor.read_entries(10)] == p
     cursor.delete([p[3], p[2], p[1]])
     assert cursor.mark_delete_position == Position(p[0].ledger_id, -1)
@@ -63,7 +64,7 @@ async def test_individual_acks_advance_mark_delete_across_a_ledger_boundary(env)
 
 async def test_reads_skip_individually_deleted_entries(env):
     ledger, p = await filled(env)
-    cursor = ledger.open_cursor("sub", "earliest")
+    cursor = await ledger.open_cursor("sub", "earliest")
     cursor.delete([p[0], p[1], p[3], p[4]])
     assert cursor.mark_delete_position == p[1]
     assert [e.position for e in cursor.read_entries(10)] == [p[2], p[5]]
@@ -75,9 +76,9 @@ async def test_reads_skip_individually_deleted_entries(env):
 
 
 async def test_read_entries_respects_max_bytes(env):
-    ledger = env.factory.open(TOPIC)
+    ledger = await env.factory.open(TOPIC)
     positions = [await ledger.add_entry(b"x" * 100) for _ in range(5)]
-    cursor = ledger.open_cursor("sub", "earliest")
+    cursor = await ledger.open_cursor("sub", "earliest")
     assert [e.position for e in cursor.read_entries(10, max_bytes=250)] == positions[:2]
     assert [e.position for e in cursor.read_entries(10, max_bytes=1)] == positions[2:3]  # at least one
     with pytest.raises(ValueError):
@@ -86,7 +87,7 @@ async def test_read_entries_respects_max_bytes(env):
 
 async def test_mark_delete_seek_and_reset(env):
     ledger, p = await filled(env)
-    cursor = ledger.open_cursor("sub", "earliest")
+    cursor = await ledger.open_cursor("sub", "earliest")
     cursor.delete([p[4]])
     cursor.mark_delete(p[3])  # cumulative: jumps over the acked p[4]
     assert cursor.mark_delete_position == p[4]
@@ -111,13 +112,13 @@ async def test_mark_delete_seek_and_reset(env):
 
 
 async def test_durable_cursor_restored_with_its_ranges(any_env):
-    ledger = any_env.factory.open(TOPIC)
+    ledger = await any_env.factory.open(TOPIC)
     p = [await ledger.add_entry(b"e%d" % i) for i in range(6)]
-    cursor = ledger.open_cursor("durable", "earliest")
+    cursor = await ledger.open_cursor("durable", "earliest")
     cursor.delete([p[0], p[2], p[4], p[5]])
     ranges = list(cursor.individually_deleted)
     factory = await any_env.restart()
-    restored = factory.open(TOPIC).cursors["durable"]
+    restored = (await factory.open(TOPIC)).cursors["durable"]
     assert restored.mark_delete_position == p[0]
     assert list(restored.individually_deleted) == ranges
     assert restored.read_position == p[1]
@@ -134,7 +135,7 @@ async def test_non_durable_cursor_persists_nothing(env):
     await reader.flush()
     await env.factory.flush_cursors()
     assert env.metadata.write_count == before
-    assert env.metadata.list("/cursors/") == {}
+    assert env.metadata.keys("/cursors") == []
     exclusive = ledger.new_non_durable_cursor(p[2], inclusive=False)
     assert exclusive.read_position == p[3]
     at_end = ledger.new_non_durable_cursor(None)
@@ -144,19 +145,19 @@ async def test_non_durable_cursor_persists_nothing(env):
 
 async def test_background_flusher_persists_changes_and_close_persists_all(env):
     ledger, p = await filled(env)
-    cursor = ledger.open_cursor("sub", "earliest")
-    key = CursorStore(env.metadata, TOPIC).key("sub")
-    assert env.metadata.get(key)["mark_delete"] == [p[0].ledger_id, -1]  # written when created
+    cursor = await ledger.open_cursor("sub", "earliest")
+    key = CursorStore(env.metadata, TOPIC).path("sub")
+    assert (await stored_json(env.metadata, key))["mark_delete"] == [p[0].ledger_id, -1]  # written at open
     cursor.mark_delete(p[1])
     assert cursor.is_dirty
     for _ in range(500):  # the flusher runs every 10 ms; wait for its write (bounded)
         if not cursor.is_dirty:
             break
         await asyncio.sleep(0.01)
-    assert env.metadata.get(key)["mark_delete"] == list(p[1])
+    assert (await stored_json(env.metadata, key))["mark_delete"] == list(p[1])
     cursor.delete([p[3]])
     await env.factory.close()
-    assert env.metadata.get(key)["individually_deleted"] == [[p[3].ledger_id, -1, 0]]
+    assert (await stored_json(env.metadata, key))["individually_deleted"] == [[p[3].ledger_id, -1, 0]]
     with pytest.raises(CursorAlreadyClosedError):
         cursor.read_entries(1)
 
@@ -167,32 +168,36 @@ async def test_persisted_ranges_are_capped():
     store, metadata = FakeMessageStore(), FakeMetadataStore()
     config = ManagedLedgerConfig(max_unacked_ranges_to_persist=2, min_ledger_rollover_time_ms=0)
     factory = ManagedLedgerFactory(store, metadata, config)
-    ledger = factory.open(TOPIC)
+    await factory.start()
+    ledger = await factory.open(TOPIC)
     p = [await ledger.add_entry(b"e") for _ in range(10)]
-    cursor = ledger.open_cursor("sub", "earliest")
+    cursor = await ledger.open_cursor("sub", "earliest")
     cursor.delete([p[1], p[3], p[5], p[7]])
     await factory.close()
-    restored = ManagedLedgerFactory(store, metadata, config).open(TOPIC).cursors["sub"]
+    factory = ManagedLedgerFactory(store, metadata, config)
+    await factory.start()
+    restored = (await factory.open(TOPIC)).cursors["sub"]
     assert [hi for _, hi in restored.individually_deleted] == [p[1], p[3]]  # the lowest two ranges
     assert [e.position for e in restored.read_entries(10)] == [p[0], p[2], p[4], p[5], p[6], p[7], p[8], p[9]]
+    await factory.close()
 
 
 async def test_closed_durable_cursor_reopens_from_its_state(env):
     ledger, p = await filled(env)
-    cursor = ledger.open_cursor("sub", "earliest")
+    cursor = await ledger.open_cursor("sub", "earliest")
     cursor.delete([p[0], p[1], p[4]])
     await cursor.close()
     assert cursor.is_closed and "sub" not in ledger.cursors
     with pytest.raises(CursorAlreadyClosedError):
         cursor.mark_delete(p[2])
-    again = ledger.open_cursor("sub", "latest")  # persisted state wins over the initial position
+    again = await ledger.open_cursor("sub", "latest")  # persisted state wins over the initial position
     assert again is not cursor
     assert again.mark_delete_position == p[1] and again.is_acked(p[4]) and not again.is_acked(p[2])
 
 
 async def test_invalid_individual_ack_acks_nothing(env):
     ledger, p = await filled(env)
-    cursor = ledger.open_cursor("sub", "earliest")
+    cursor = await ledger.open_cursor("sub", "earliest")
     with pytest.raises(InvalidCursorPositionError) as info:
         cursor.delete([p[0], Position(p[0].ledger_id, 3)])
     assert info.value.position == Position(p[0].ledger_id, 3)
@@ -201,25 +206,25 @@ async def test_invalid_individual_ack_acks_nothing(env):
 
 async def test_delete_cursor_removes_its_state(env):
     ledger, _ = await filled(env, 2)
-    ledger.open_cursor("gone", "latest")
-    key = CursorStore(env.metadata, TOPIC).key("gone")
-    assert env.metadata.get(key) is not None
+    await ledger.open_cursor("gone", "latest")
+    key = CursorStore(env.metadata, TOPIC).path("gone")
+    assert await stored_json(env.metadata, key) is not None
     await ledger.delete_cursor("gone")
-    assert env.metadata.get(key) is None and "gone" not in ledger.cursors
+    assert await stored_json(env.metadata, key) is None and "gone" not in ledger.cursors
     with pytest.raises(CursorNotFoundError):
         await ledger.delete_cursor("gone")
     factory = await env.restart()
-    assert "gone" not in factory.open(TOPIC).cursors
+    assert "gone" not in (await factory.open(TOPIC)).cursors
 
 
 async def test_cursor_names_are_escaped_and_nested_ledger_names_kept_apart(env):
-    a = env.factory.open("ns/t")
-    b = env.factory.open("ns/t/x")
-    a.open_cursor("s/1", "latest")
-    b.open_cursor("s", "latest")
+    a = await env.factory.open("ns/t")
+    b = await env.factory.open("ns/t/x")
+    await a.open_cursor("s/1", "latest")
+    await b.open_cursor("s", "latest")
     factory = await env.restart()
-    assert list(factory.open("ns/t").cursors) == ["s/1"]
-    assert list(factory.open("ns/t/x").cursors) == ["s"]
+    assert list((await factory.open("ns/t")).cursors) == ["s/1"]
+    assert list((await factory.open("ns/t/x")).cursors) == ["s"]
 
 
 def test_malformed_cursor_state_raises_metadata_error():

@@ -2,8 +2,11 @@
 
 import pytest
 
-from quasar.ledger.errors import ManagedLedgerStorageError
-from quasar.testing.fake_store import FakeMessageStore
+from quasar.ledger.errors import ManagedLedgerFencedError, ManagedLedgerStorageError
+from quasar.ledger.paths import ledger_table_path
+from quasar.metadata.port import encode_json
+from quasar.storage.errors import StorageError
+from tests.ledger.conftest import stored_json
 
 TOPIC = "persistent://public/default/trim"
 
@@ -13,9 +16,9 @@ async def fill(ledger, count):
 
 
 async def test_ledgers_every_cursor_passed_are_trimmed(any_env):
-    ledger = any_env.factory.open(TOPIC)
+    ledger = await any_env.factory.open(TOPIC)
     ledger.set_retention(0, 0)  # Pulsar's broker default: consumed ledgers go
-    cursor = ledger.open_cursor("sub", "earliest")
+    cursor = await ledger.open_cursor("sub", "earliest")
     positions = await fill(ledger, 8)  # ledgers of 3 entries: [0..2] [3..5] [6..7] (current)
     assert len(ledger.ledgers) == 3
     assert await ledger.trim_ledgers() == []  # nothing acknowledged
@@ -27,7 +30,7 @@ async def test_ledgers_every_cursor_passed_are_trimmed(any_env):
     cursor.mark_delete(positions[7])  # the current ledger is never deleted
     assert await ledger.trim_ledgers() == [positions[3].ledger_id]
     factory = await any_env.restart()
-    ledger = factory.open(TOPIC)
+    ledger = await factory.open(TOPIC)
     assert ledger.retention == (-1, -1)  # the library default: keep everything until told otherwise
     assert ledger.ledgers[0].ledger_id == positions[6].ledger_id
     assert ledger.get_entry(positions[1]) is None
@@ -35,9 +38,9 @@ async def test_ledgers_every_cursor_passed_are_trimmed(any_env):
 
 
 async def test_retention_time_and_size_keep_consumed_ledgers(env):
-    ledger = env.factory.open(TOPIC)
+    ledger = await env.factory.open(TOPIC)
     await fill(ledger, 10)  # closed ledgers of 30 bytes: [0..2] [3..5] [6..8], current [9]
-    ledger.open_cursor("sub", "latest")  # everything consumed
+    await ledger.open_cursor("sub", "latest")  # everything consumed
     assert ledger.total_size == 100
     ledger.set_retention(-1, -1)  # unlimited
     assert await ledger.trim_ledgers() == []
@@ -53,8 +56,8 @@ async def test_retention_time_and_size_keep_consumed_ledgers(env):
         ledger.set_retention(-2, 0)
 
 
-async def test_no_cursor_means_consumed_and_a_store_without_the_hook_is_an_error(env, monkeypatch):
-    ledger = env.factory.open(TOPIC)
+async def test_no_cursor_means_consumed_and_a_store_refusing_the_trim_is_an_error(env, monkeypatch):
+    ledger = await env.factory.open(TOPIC)
     positions = await fill(ledger, 7)
     ledger.set_retention(0, 0)  # set after the awaits: the background flusher must not trim first
     assert len(await ledger.trim_ledgers()) == 2  # no durable cursor: everything before the current goes
@@ -62,7 +65,25 @@ async def test_no_cursor_means_consumed_and_a_store_without_the_hook_is_an_error
     assert ledger.first_position == positions[6]
     ledger.set_retention(-1, -1)
     await fill(ledger, 3)
-    monkeypatch.delattr(FakeMessageStore, "set_queue_min_offset")
+
+    def refuse(topic, queue_id, queue_offset):
+        raise StorageError("disk gone")
+
+    monkeypatch.setattr(env.store, "set_queue_min_offset", refuse)
     ledger.set_retention(0, 0)
-    with pytest.raises(ManagedLedgerStorageError, match="set_queue_min_offset"):
+    with pytest.raises(ManagedLedgerStorageError, match="disk gone"):
         await ledger.trim_ledgers()
+
+
+async def test_trim_is_a_compare_and_set_write_of_the_table(env):
+    ledger = await env.factory.open(TOPIC)
+    await fill(ledger, 7)
+    await ledger.wait_idle()
+    table = await stored_json(env.metadata, ledger_table_path(TOPIC))
+    await env.metadata.put(ledger_table_path(TOPIC), encode_json(table))  # another owner wrote it
+    ledger.set_retention(0, 0)
+    with pytest.raises(ManagedLedgerFencedError):
+        await ledger.trim_ledgers()
+    assert ledger.is_fenced  # Pulsar fences a managed ledger on BadVersion: it no longer owns the table
+    await ledger.close()  # a fenced ledger does not overwrite the other owner's table
+    assert await stored_json(env.metadata, ledger_table_path(TOPIC)) == table

@@ -1,13 +1,15 @@
 """Composition root of a standalone broker: storage, managed ledgers, BrokerService, listeners.
 
-This is the one broker module that imports ``quasar.storage`` (DESIGN.md): it builds the MessageStore and the
-metadata store, hands them to the managed-ledger factory, and serves the Pulsar binary protocol and the admin
-REST API on one event loop.
+This is the one broker module that imports ``quasar.storage`` (DESIGN.md): it builds the MessageStore and
+picks the metadata backend (the sqlite ``MetadataStore`` at ``<data_dir>/metadata.db``, upgraded from the
+previous release's layout by ``metadata_migration``), hands both to the managed-ledger factory, and serves the
+Pulsar binary protocol and the admin REST API on one event loop, watched by a loop-lag monitor.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from pathlib import Path
@@ -18,13 +20,15 @@ from quasar.broker.admin import build_admin_app
 from quasar.broker.admin.query import MESSAGE_STORE, pulsar_entry_keys
 from quasar.broker.broker_service import BrokerService
 from quasar.broker.config import BrokerConfig
+from quasar.broker.loop_lag import LoopLagMonitor, add_loop_lag_route
+from quasar.broker.metadata_migration import migrate_legacy_metadata
 from quasar.broker.policies import BacklogQuota, PolicyDefaults
 from quasar.broker.server_cnx import ServerCnx
 from quasar.broker.subscription import SubscriptionOptions
 from quasar.ledger.config import ManagedLedgerConfig
 from quasar.ledger.factory import ManagedLedgerFactory
+from quasar.metadata.sqlite import SqliteMetadataStore
 from quasar.storage.message_store import FlushDiskType, MessageStore, StoreConfig
-from quasar.storage.metadata import MetadataStore
 
 log = logging.getLogger(__name__)
 
@@ -67,13 +71,14 @@ class BrokerApp:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.store: MessageStore | None = None
-        self.metadata: MetadataStore | None = None
+        self.metadata: SqliteMetadataStore | None = None
         self.factory: ManagedLedgerFactory | None = None
         self.service: BrokerService | None = None
         self.connections: set[ServerCnx] = set()
         self._server: asyncio.base_events.Server | None = None
         self._admin_runner: web.AppRunner | None = None
         self._policy_task: asyncio.Task[None] | None = None
+        self.loop_lag = LoopLagMonitor()
         self.port = 0
         self.admin_port = 0
 
@@ -117,7 +122,8 @@ class BrokerApp:
         await loop.run_in_executor(None, store.open)
         self.store = store
         await store.start()
-        self.metadata = MetadataStore(data_dir / "metadata.db")
+        self.metadata = await SqliteMetadataStore.open(data_dir / "metadata.db")
+        await migrate_legacy_metadata(self.metadata)
         self.factory = ManagedLedgerFactory(
             store,
             self.metadata,
@@ -161,7 +167,7 @@ class BrokerApp:
                 ),
             ),
         )
-        service.bootstrap()
+        await service.bootstrap()
         self._policy_task = asyncio.create_task(self._policy_loop(service), name="broker-policy-checks")
         self.service = service
         log.info("storage opened in %.1f ms", (time.monotonic() - started) * 1000)
@@ -174,23 +180,21 @@ class BrokerApp:
 
         admin_app = build_admin_app(service)
         admin_app[MESSAGE_STORE] = store  # for the query-by-key handler (broker/admin/query.py)
+        add_loop_lag_route(admin_app, self.loop_lag)
+        self.loop_lag.start()
         self._admin_runner = web.AppRunner(admin_app, access_log=None)
         await self._admin_runner.setup()
         site = web.TCPSite(self._admin_runner, config.host, config.admin_port, reuse_address=True)
         await site.start()
-        server = site._server
-        assert server is not None and server.sockets
-        self.admin_port = server.sockets[0].getsockname()[1]
+        self.admin_port = self._admin_runner.addresses[0][1]  # the bound port (admin_port 0: a free one)
         service.web_service_url = self.web_service_url
 
     async def stop(self) -> None:
         """Close listeners and connections, persist cursor state, flush and checkpoint storage."""
         if self._policy_task is not None:
             self._policy_task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._policy_task
-            except asyncio.CancelledError:
-                pass
             self._policy_task = None
         if self._server is not None:
             self._server.close()
@@ -202,9 +206,12 @@ class BrokerApp:
             await self._server.wait_closed()
         # let in-flight persistence finish so every sent receipt stays true
         await asyncio.sleep(0)
+        await self.loop_lag.stop()
+        if self.service is not None:
+            await self.service.close()
         if self.factory is not None:
             await self.factory.close()
         if self.store is not None:
             await self.store.close()
         if self.metadata is not None:
-            self.metadata.close()
+            await self.metadata.close()

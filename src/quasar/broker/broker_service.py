@@ -3,13 +3,20 @@
 Pulsar's BrokerService + NamespaceService for one standalone broker: every topic is owned here, so LOOKUP
 always answers Connect with this broker's own URL; tenant ``public`` and namespace ``public/default`` exist
 from the start (as in Pulsar standalone); topics are auto-created on first use (allowAutoTopicCreation,
-type non-partitioned). Metadata lives in the embedded metadata store under ``/admin/...`` keys.
+type non-partitioned).
+
+Tenants, namespaces, policies and partition counts live in :class:`~quasar.broker.resources.BrokerResources`:
+loaded once by :meth:`BrokerService.bootstrap`, then read from memory (LOOKUP and PARTITIONED_METADATA are
+dictionary look-ups) and written through the async metadata port. Loading a topic is asynchronous
+(``await factory.open``); concurrent loads of one topic share one task owned by the service.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
-from typing import Any, Protocol
+from typing import Any
 
 from quasar.broker.errors import (
     BrokerError,
@@ -29,36 +36,18 @@ from quasar.broker.policies import (
     check_backlog_quota,
     expire_messages,
 )
+from quasar.broker.resources import BrokerResources
 from quasar.broker.subscription import SubscriptionOptions
 from quasar.broker.topic import PersistentTopic
 from quasar.errors import QuasarError
 from quasar.ledger.factory import ManagedLedgerFactory
+from quasar.metadata import AlreadyExistsError, MetadataStore
 from quasar.protocol import TopicName
 
 log = logging.getLogger(__name__)
 
-TENANTS_PREFIX = "/admin/tenants/"
-POLICIES_PREFIX = "/admin/policies/"
-PARTITIONED_PREFIX = "/admin/partitioned-topics/"
-TOPIC_POLICIES_PREFIX = "/admin/topic-policies/"
-BOOT_COUNT_KEY = "/broker/boot-count"
-
 DEFAULT_TENANTS = ("public", "pulsar")
 DEFAULT_NAMESPACES = ("public/default", "pulsar/system")
-
-
-class MetadataStoreLike(Protocol):
-    """The part of quasar.storage.metadata.MetadataStore the broker uses (passed in at start-up)."""
-
-    def get(self, key: str) -> Any: ...
-
-    def list(self, prefix: str) -> dict[str, Any]: ...
-
-    async def aput(self, key: str, value: Any) -> None: ...
-
-    async def adelete(self, key: str) -> None: ...
-
-    def put(self, key: str, value: Any) -> None: ...
 
 
 class TopicExistsError(BrokerError):
@@ -71,7 +60,7 @@ class BrokerService:
     def __init__(
         self,
         factory: ManagedLedgerFactory,
-        metadata: MetadataStoreLike,
+        metadata: MetadataStore,
         *,
         cluster_name: str = "standalone",
         subscription_options: SubscriptionOptions | None = None,
@@ -84,7 +73,7 @@ class BrokerService:
         max_consumers_per_subscription: int = 0,
     ) -> None:
         self.factory = factory
-        self.metadata = metadata
+        self.resources = BrokerResources(metadata)
         self.cluster_name = cluster_name
         self.broker_service_url = ""  # set once the listener is bound
         self.web_service_url = ""
@@ -99,6 +88,7 @@ class BrokerService:
         self._dedup_max_producers = deduplication_max_producers
         self._boot_id = 0
         self._producer_counter = 0
+        self._loading: dict[str, asyncio.Task[PersistentTopic]] = {}  # topic -> its one pending load
 
     def generate_producer_name(self) -> str:
         """A producer name unique on this broker across restarts: ``<cluster>-<boot>-<counter>``, as Pulsar's
@@ -106,38 +96,54 @@ class BrokerService:
         self._producer_counter += 1
         return f"{self.cluster_name}-{self._boot_id}-{self._producer_counter}"
 
-    def bootstrap(self) -> None:
-        """Create the default tenants and namespaces if missing (blocking; call before serving)."""
-        boot = int(self.metadata.get(BOOT_COUNT_KEY) or 0) + 1
-        self.metadata.put(BOOT_COUNT_KEY, boot)
-        self._boot_id = boot
+    async def bootstrap(self) -> None:
+        """Load the admin metadata, count this boot, and create the default tenants and namespaces when
+        missing (Pulsar standalone). Call once before serving; raises the metadata port's errors."""
+        resources = self.resources
+        await resources.load()
+        self._boot_id = await resources.next_boot_count()
         for tenant in DEFAULT_TENANTS:
-            if self.metadata.get(TENANTS_PREFIX + tenant) is None:
-                self.metadata.put(
-                    TENANTS_PREFIX + tenant, {"adminRoles": [], "allowedClusters": [self.cluster_name]}
+            if tenant not in resources.tenants:
+                await resources.create_tenant(
+                    tenant, {"adminRoles": [], "allowedClusters": [self.cluster_name]}
                 )
         for namespace in DEFAULT_NAMESPACES:
-            if self.metadata.get(POLICIES_PREFIX + namespace) is None:
-                self.metadata.put(POLICIES_PREFIX + namespace, {})
+            if namespace not in resources.namespaces:
+                await resources.create_namespace(namespace, {})
+
+    async def close(self) -> None:
+        """Cancel the topic loads still pending (their waiters get CancelledError), then close every loaded
+        topic (its subscriptions' timers are cancelled; managed ledgers are closed by their factory).
+        Idempotent."""
+        pending = list(self._loading.values())
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        for loaded in list(self.topics.values()):
+            loaded.close()
 
     # ------------------------------------------------------------------ tenants / namespaces
     def tenants(self) -> list[str]:
-        return sorted(k[len(TENANTS_PREFIX) :] for k in self.metadata.list(TENANTS_PREFIX))
+        return sorted(self.resources.tenants)
 
     def namespaces(self, tenant: str) -> list[str]:
-        prefix = f"{POLICIES_PREFIX}{tenant}/"
-        return sorted(k[len(POLICIES_PREFIX) :] for k in self.metadata.list(prefix))
+        prefix = f"{tenant}/"
+        return sorted(ns for ns in self.resources.namespaces if ns.startswith(prefix))
 
     def tenant_exists(self, tenant: str) -> bool:
-        return self.metadata.get(TENANTS_PREFIX + tenant) is not None
+        return tenant in self.resources.tenants
 
     def namespace_exists(self, namespace: str) -> bool:
-        return self.metadata.get(POLICIES_PREFIX + namespace) is not None
+        return namespace in self.resources.namespaces
 
     async def create_tenant(self, tenant: str, info: dict[str, Any]) -> None:
+        """Create ``tenant``; raises TopicExistsError (admin 409) when it exists."""
         if self.tenant_exists(tenant):
             raise TopicExistsError(f"Tenant {tenant} already exists")
-        await self.metadata.aput(TENANTS_PREFIX + tenant, info)
+        try:
+            await self.resources.create_tenant(tenant, info)
+        except AlreadyExistsError:
+            raise TopicExistsError(f"Tenant {tenant} already exists") from None
 
     async def create_namespace(self, namespace: str, policies: dict[str, Any]) -> None:
         """Create ``tenant/ns`` with ``policies``; raises NamespaceNotFoundError (unknown tenant) or
@@ -147,23 +153,21 @@ class BrokerService:
             raise NamespaceNotFoundError(f"Tenant {tenant} does not exist")
         if self.namespace_exists(namespace):
             raise TopicExistsError(f"Namespace {namespace} already exists")
-        await self.metadata.aput(POLICIES_PREFIX + namespace, policies)
+        try:
+            await self.resources.create_namespace(namespace, policies)
+        except AlreadyExistsError:
+            raise TopicExistsError(f"Namespace {namespace} already exists") from None
 
     def _check_namespace(self, topic: TopicName) -> None:
         if not self.namespace_exists(topic.namespace_name):
             raise NamespaceNotFoundError(f"Namespace {topic.namespace_name} does not exist")
 
     # ------------------------------------------------------------------ partitioned topics
-    @staticmethod
-    def _partitioned_key(topic: TopicName) -> str:
-        return f"{PARTITIONED_PREFIX}{topic.domain}/{topic.namespace_name}/{topic.local_name}"
-
     def partitions(self, topic: TopicName) -> int:
         """Partition count of ``topic`` (0 = not partitioned). A partition name is never partitioned itself."""
         if topic.partition_index >= 0:
             return 0
-        value = self.metadata.get(self._partitioned_key(topic))
-        return int(value["partitions"]) if value else 0
+        return self.resources.partitions(topic)
 
     async def create_partitioned_topic(self, topic: TopicName, partitions: int) -> None:
         """PUT .../partitions: raises TopicExistsError if it (or a non-partitioned topic of that name) exists."""
@@ -174,11 +178,13 @@ class BrokerService:
         self._check_namespace(topic)
         if self.partitions(topic) > 0 or topic.full_name in self.factory.names():
             raise TopicExistsError(f"Topic {topic.full_name} already exists")
-        await self.metadata.aput(self._partitioned_key(topic), {"partitions": partitions})
+        try:
+            await self.resources.create_partitioned_topic(topic, partitions)
+        except AlreadyExistsError:
+            raise TopicExistsError(f"Topic {topic.full_name} already exists") from None
 
     def partitioned_topics(self, namespace: str, domain: str = "persistent") -> list[str]:
-        prefix = f"{PARTITIONED_PREFIX}{domain}/{namespace}/"
-        return sorted(f"{domain}://{namespace}/{k[len(prefix) :]}" for k in self.metadata.list(prefix))
+        return sorted(self.resources.partitioned_topics(namespace, domain))
 
     # ------------------------------------------------------------------ topics
     def list_topics(self, namespace: str, domain: str = "persistent") -> list[str]:
@@ -188,8 +194,7 @@ class BrokerService:
             names = {n for n in self.factory.names() if n.startswith(prefix)}
         else:
             names = {n for n in self.topics if n.startswith(prefix)}
-        for partitioned in self.partitioned_topics(namespace, domain):
-            count = self.partitions(TopicName.parse(partitioned))
+        for partitioned, count in self.resources.partitioned_topics(namespace, domain).items():
             names.update(f"{partitioned}-partition-{i}" for i in range(count))
         return sorted(names)
 
@@ -220,9 +225,26 @@ class BrokerService:
             self.topics[topic.full_name] = non_persistent
             log.info("loaded non-persistent topic %s", topic.full_name)
             return non_persistent
-        if not create and topic.full_name not in self.factory.names():
-            raise TopicNotFoundError(f"Topic {topic.full_name} does not exist")
-        ledger = self.factory.open(topic.full_name)
+        name = topic.full_name
+        pending = self._loading.get(name)
+        if pending is None:
+            if not create and name not in self.factory.names():
+                raise TopicNotFoundError(f"Topic {name} does not exist")
+            pending = asyncio.create_task(self._load_topic(topic), name=f"load-topic:{name}")
+            self._loading[name] = pending
+            pending.add_done_callback(functools.partial(self._load_done, name))
+        # shielded: a waiter that is cancelled (its connection closed) does not abort a load others wait for
+        return await asyncio.shield(pending)
+
+    def _load_done(self, name: str, task: asyncio.Task[PersistentTopic]) -> None:
+        if self._loading.get(name) is task:
+            del self._loading[name]
+        if not task.cancelled():
+            task.exception()  # retrieved: every waiter may have gone
+
+    async def _load_topic(self, topic: TopicName) -> PersistentTopic:
+        """Open the managed ledger of ``topic`` and register the loaded topic (the one load task per name)."""
+        ledger = await self.factory.open(topic.full_name)
         loaded = PersistentTopic(
             topic,
             ledger,
@@ -233,7 +255,7 @@ class BrokerService:
         )
         self._apply_sync_policies(loaded)
         if self.deduplication_enabled(topic):
-            loaded.dedup.enable()
+            await loaded.dedup.enable()
         self.topics[topic.full_name] = loaded
         log.info("loaded topic %s", topic.full_name)
         return loaded
@@ -249,17 +271,13 @@ class BrokerService:
             raise ConsumerBusyError(f"Topic reached max consumers limit {per_topic}")
 
     # ------------------------------------------------------------------ policies
-    @staticmethod
-    def _topic_policies_key(topic: TopicName) -> str:
-        return f"{TOPIC_POLICIES_PREFIX}{topic.domain}/{topic.namespace_name}/{topic.local_name}"
-
     def _topic_policies(self, topic: TopicName) -> dict[str, Any]:
-        return dict(self.metadata.get(self._topic_policies_key(topic)) or {})
+        return self.resources.topic_policies.get(topic.full_name, {})
 
     def namespace_policy(self, namespace: str, key: str) -> Any:
         """The namespace policy ``key`` (e.g. ``deduplicationEnabled``), None when unset. Raises
         NamespaceNotFoundError."""
-        policies = self.metadata.get(POLICIES_PREFIX + namespace)
+        policies = self.resources.namespaces.get(namespace)
         if policies is None:
             raise NamespaceNotFoundError(f"Namespace {namespace} does not exist")
         return policies.get(key)
@@ -282,31 +300,16 @@ class BrokerService:
     async def set_namespace_policy(self, namespace: str, key: str, value: Any) -> None:
         """Set (or with None remove) a namespace policy and apply it to the namespace's loaded topics. Raises
         NamespaceNotFoundError."""
-        policies = self.metadata.get(POLICIES_PREFIX + namespace)
-        if policies is None:
+        if not self.namespace_exists(namespace):
             raise NamespaceNotFoundError(f"Namespace {namespace} does not exist")
-        policies = dict(policies)
-        if value is None:
-            policies.pop(key, None)
-        else:
-            policies[key] = value
-        await self.metadata.aput(POLICIES_PREFIX + namespace, policies)
+        await self.resources.set_namespace_policy(namespace, key, value)
         await self._apply_policies(lambda t: t.namespace_name == namespace)
 
     async def set_topic_policy(self, topic: TopicName, key: str, value: Any) -> None:
         """Set (or with None remove) a topic-level policy (for a partitioned topic: all its partitions) and
         apply it. Raises NamespaceNotFoundError."""
         self._check_namespace(topic)
-        policies = self._topic_policies(topic)
-        if value is None:
-            policies.pop(key, None)
-        else:
-            policies[key] = value
-        storage_key = self._topic_policies_key(topic)
-        if policies:
-            await self.metadata.aput(storage_key, policies)
-        else:
-            await self.metadata.adelete(storage_key)
+        await self.resources.set_topic_policy(topic, key, value)
         base = topic.full_name
         await self._apply_policies(
             lambda t: t.full_name == base or (t.partition_index >= 0 and t.partitioned_topic_name == base)

@@ -83,13 +83,15 @@ class MessageDeduplication:
         self._last_persisted: Position | None = None
 
     # ------------------------------------------------------------------ status
-    def enable(self) -> None:
-        """Turn deduplication on: open (or create, at the end of the ledger) the ``pulsar.dedup`` cursor, load
-        its snapshot and replay the entries after it (synchronous reads of metadata only). Idempotent.
+    async def enable(self) -> None:
+        """Turn deduplication on: open (or create, at the end of the ledger) the ``pulsar.dedup`` cursor
+        (awaiting the metadata store), load its snapshot and replay the entries after it. Idempotent.
         Raises ``ManagedLedgerError`` when the cursor cannot be opened or read."""
         if self.enabled:
             return
-        cursor = self._ledger.open_cursor(DEDUP_CURSOR_NAME, "latest")
+        cursor = await self._ledger.open_cursor(DEDUP_CURSOR_NAME, "latest")
+        if self.enabled:  # a concurrent enable finished while the cursor was opening
+            return
         pushed: dict[str, int] = dict(cursor.properties)
         cursor.rewind()
         replayed = 0

@@ -12,24 +12,26 @@ import time
 
 from quasar.broker.access_modes import ProducerAccess
 from quasar.broker.dedup import DEDUP_CURSOR_NAME, MessageDeduplication
-from quasar.broker.errors import (
-    PRODUCER_BLOCKED_QUOTA_EXCEEDED_ERROR,
-    PRODUCER_BLOCKED_QUOTA_EXCEEDED_EXCEPTION,
-    BrokerError,
-    NotAllowedError,
-)
+from quasar.broker.dispatchers import entry_num_messages
+from quasar.broker.errors import BacklogQuotaExceededError, NotAllowedError
 from quasar.broker.policies import BacklogQuota, check_backlog_quota
 from quasar.broker.producer import Producer
-from quasar.broker.subscription import Subscription, SubscriptionOptions, entry_num_messages
+from quasar.broker.subscription import Subscription, SubscriptionOptions
 from quasar.ledger.entry import Entry
+from quasar.ledger.managed_ledger import InitialPosition as LedgerInitialPosition
 from quasar.ledger.managed_ledger import ManagedLedger
 from quasar.ledger.position import Position
 from quasar.protocol import TopicName, parse_headers_and_payload
+from quasar.protocol.enums import InitialPosition, ServerError
 
 log = logging.getLogger(__name__)
 
-INITIAL_POSITION_LATEST = 0
-INITIAL_POSITION_EARLIEST = 1
+_CURSOR_START: dict[int, LedgerInitialPosition] = {
+    InitialPosition.Latest: LedgerInitialPosition.LATEST,
+    InitialPosition.Earliest: LedgerInitialPosition.EARLIEST,
+}
+"""Wire ``CommandSubscribe.InitialPosition`` -> where the ledger starts a new durable cursor (the ledger keeps
+its own enum: it may not import ``quasar.protocol``)."""
 
 
 class PersistentTopic:
@@ -50,7 +52,7 @@ class PersistentTopic:
         self.name = name
         self.ledger = ledger
         self.partition_index = name.partition_index
-        self.access = ProducerAccess(name.full_name, max_producers=max_producers)
+        self.access: ProducerAccess[Producer] = ProducerAccess(name.full_name, max_producers=max_producers)
         self.producers: dict[str, Producer] = self.access.producers
         self.subscriptions: dict[str, Subscription] = {}
         self._subscription_options = subscription_options or SubscriptionOptions()
@@ -80,14 +82,14 @@ class PersistentTopic:
             and quota.policy != "consumer_backlog_eviction"
             and check_backlog_quota(self, int(time.time() * 1000))
         ):
-            if self.backlog_blocked == "producer_exception":
-                raise BrokerError(
-                    f"Cannot create producer on topic with backlog quota exceeded: {self.name.full_name}",
-                    server_error=PRODUCER_BLOCKED_QUOTA_EXCEEDED_EXCEPTION,
-                )
-            raise BrokerError(
+            code = (
+                ServerError.ProducerBlockedQuotaExceededException
+                if self.backlog_blocked == "producer_exception"
+                else ServerError.ProducerBlockedQuotaExceededError
+            )
+            raise BacklogQuotaExceededError(
                 f"Cannot create producer on topic with backlog quota exceeded: {self.name.full_name}",
-                server_error=PRODUCER_BLOCKED_QUOTA_EXCEEDED_ERROR,
+                server_error=code,
             )
         return self.access.add(producer)
 
@@ -97,13 +99,13 @@ class PersistentTopic:
     def disconnect_producers(self) -> None:
         """Broker-initiated CLOSE_PRODUCER to every producer (backlog quota exceeded); clients reconnect."""
         for producer in list(self.producers.values()):
-            producer.cnx.close_producer(producer)
+            producer.fence()
 
     async def set_deduplication(self, enabled: bool) -> None:
         """Apply the effective deduplication policy (Pulsar ``checkDeduplicationStatus``). Raises
         ``ManagedLedgerError`` when the dedup cursor cannot be opened, read or removed."""
         if enabled:
-            self.dedup.enable()
+            await self.dedup.enable()
         else:
             await self.dedup.disable()
 
@@ -122,7 +124,7 @@ class PersistentTopic:
         name: str,
         *,
         durable: bool,
-        initial_position: int,
+        initial_position: InitialPosition | int,
         start_position: Position | None = None,
     ) -> Subscription:
         """Return subscription ``name``, creating it (and its cursor) if needed.
@@ -137,14 +139,17 @@ class PersistentTopic:
         if name == DEDUP_CURSOR_NAME:
             raise NotAllowedError(f"subscription name {name} is reserved by the broker")
         if durable:
-            cursor = self.ledger.open_cursor(
-                name, "earliest" if initial_position == INITIAL_POSITION_EARLIEST else "latest"
+            cursor = await self.ledger.open_cursor(
+                name, _CURSOR_START.get(initial_position, LedgerInitialPosition.LATEST)
             )
+            loaded = self.subscriptions.get(name)
+            if loaded is not None:  # a concurrent SUBSCRIBE created it while the cursor was opening
+                return loaded
         else:
             if start_position is None:
                 start_position = (
                     self.ledger.first_position
-                    if initial_position == INITIAL_POSITION_EARLIEST
+                    if initial_position == InitialPosition.Earliest
                     else self.ledger.next_valid_position(self.ledger.last_confirmed_entry)
                 )
             cursor = self.ledger.new_non_durable_cursor(start_position)
@@ -155,7 +160,10 @@ class PersistentTopic:
     async def delete_subscription(self, name: str) -> None:
         """Drop subscription ``name`` and its cursor (UNSUBSCRIBE)."""
         subscription = self.subscriptions.pop(name, None)
-        if subscription is not None and subscription.durable:
+        if subscription is None:
+            return
+        subscription.close()
+        if subscription.durable:
             await self.ledger.delete_cursor(name)
 
     def remove_non_durable_if_idle(self, subscription: Subscription) -> None:
@@ -167,6 +175,13 @@ class PersistentTopic:
             and self.subscriptions.get(subscription.name) is subscription
         ):
             del self.subscriptions[subscription.name]
+            subscription.close()
+
+    def close(self) -> None:
+        """Cancel the timers of every subscription (topic unload, broker shutdown). The managed ledger is closed
+        by its factory."""
+        for subscription in self.subscriptions.values():
+            subscription.close()
 
     # ------------------------------------------------------------------ queries
     def find_position_by_publish_time(self, publish_time_ms: int) -> Position:
@@ -218,9 +233,7 @@ class PersistentTopic:
             "subscriptions": {
                 name: {
                     "msgBacklog": sub.cursor.number_of_entries_in_backlog,
-                    "type": sub.sub_type.name.title().replace("_s", "_S")
-                    if sub.sub_type is not None
-                    else None,
+                    "type": sub.sub_type.name if sub.sub_type is not None else None,
                     "unackedMessages": sub.unacked_messages,
                     "isDurable": sub.durable,
                     "consumers": [

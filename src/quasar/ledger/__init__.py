@@ -4,11 +4,19 @@ A managed ledger is one store queue; its ledgers are consecutive ranges of that 
 ``Position(ledger_id, entry_id)``. Cursors track a subscription's read position, mark-delete position and
 individually deleted ranges, persisted in the metadata store. Entries are opaque bytes here.
 
-Modules: ``position``, ``entry``, ``config``, ``errors``, ``range_set`` (PositionRangeSet), ``ack_state``
-(pure ack algorithm), ``ledger_table`` (Position <-> queue offset), ``ledger_id_allocator``, ``cursor_store``,
-``managed_cursor``, ``managed_ledger`` (with ``reads`` and ``trimming``: retention and ledger trimming),
-``factory``. Batch-index ack sets (PIP-54) live in ``AckState.batch_deleted_indexes`` and persist with the
-cursor; cursor properties (``mark_delete(position, properties)``) carry the deduplication snapshot.
+Ports: the ledger talks to the message store only through ``quasar.storage.port.MessageStorePort`` (put,
+wait_flushed, get, query, min/max queue offset, set_queue_min_offset) and to the metadata store only through
+the async ``quasar.metadata.port.MetadataStore`` (every metadata access is an await; failures of the port
+become ``MetadataError``).
+
+Modules: ``position``, ``entry``, ``config``, ``errors``, ``paths`` (metadata paths), ``range_set``
+(PositionRangeSet), ``ack_state`` (pure ack algorithm), ``ledger_table`` (Position <-> queue offset, and the
+read-only ``LedgerTableView``), ``ledger_table_store`` (its persistence and crash recovery),
+``ledger_id_allocator``, ``cursor_store``, ``managed_cursor`` (with the ``CursorLedger`` protocol: the
+ledger API a cursor uses), ``cursors`` (the cursor registry of a ledger), ``reads`` (``LedgerReader``),
+``trimming`` (``LedgerTrimmer``: retention), ``listeners``, ``managed_ledger`` (composes them), ``factory``.
+Batch-index ack sets (PIP-54) live in ``AckState.batch_deleted_indexes`` and persist with the cursor; cursor
+properties (``mark_delete(position, properties)``) carry the deduplication snapshot.
 """
 
 from quasar.ledger.ack_state import AckState

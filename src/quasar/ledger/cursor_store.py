@@ -2,14 +2,13 @@
 
 Pulsar writes a cursor's mark-delete position and individually deleted ranges as ``PositionInfo`` entries of
 a cursor ledger, or inline in ``ManagedCursorInfo`` (``cursorsLedgerId = -1``) when few ranges are left
-(reference/semantics.md B2). Quasar always stores it inline, as one JSON value per cursor in the SQLite
-metadata store (written in a transaction, so a crash never leaves half a state), with at most
+(reference/semantics.md B2). Quasar always stores it inline, as one JSON value per cursor written with one
+``put`` of the metadata port (so a crash never leaves half a state), with at most
 ``max_unacked_ranges_to_persist`` ranges: the lowest ones, as Pulsar keeps them. Acks in ranges above the cap
 live only in memory and are redelivered after a crash (broker.conf
 ``managedLedgerMaxUnackedRangesToPersist``).
 
-Key: ``/cursors/<ledger name>/<cursor name, percent-encoded with no safe characters>`` (a cursor name with a
-``/`` cannot then be confused with a cursor of a nested ledger name).
+Path: ``/cursors/<ledger name>/<cursor name>``, both percent-encoded into one segment each (``paths``).
 
 Value (JSON object)::
 
@@ -30,25 +29,24 @@ Value (JSON object)::
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote, unquote
 
-from quasar.errors import QuasarError
-from quasar.ledger.errors import MetadataError
+from quasar.ledger.errors import MetadataError, metadata_errors
+from quasar.ledger.paths import cursor_path, cursors_path
 from quasar.ledger.position import Position
 from quasar.ledger.range_set import PositionRangeSet
+from quasar.metadata.errors import NotFoundError
+from quasar.metadata.port import MetadataStore, decode_json, decode_segment, encode_json
 
-__all__ = ["CURSOR_KEY_PREFIX", "CursorSnapshot", "CursorStore"]
+__all__ = ["CursorSnapshot", "CursorStore"]
 
 log = logging.getLogger(__name__)
 
-CURSOR_KEY_PREFIX = "/cursors/"
 FORMAT_VERSION = 1
-_METADATA_ERRORS = (QuasarError, OSError, sqlite3.Error)
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,63 +180,52 @@ def _from_words(words: Any) -> int:
 
 
 class CursorStore:
-    """Loads and saves the cursor states of managed ledger ``ledger_name`` in ``metadata``
-    (a ``quasar.storage.metadata.MetadataStore``). Loading is synchronous (at open); saving and deleting are
-    async (the metadata store's worker thread), so they never block the event loop."""
+    """Loads, saves and deletes the cursor states of managed ledger ``ledger_name`` through the metadata
+    port ``metadata``. Every method is a coroutine (the port never blocks the event loop) and raises
+    ``MetadataError`` on a failure of the port or on a stored value it cannot parse."""
 
-    def __init__(self, metadata: Any, ledger_name: str) -> None:
+    __slots__ = ("_ledger_name", "_metadata", "_parent")
+
+    def __init__(self, metadata: MetadataStore, ledger_name: str) -> None:
         self._metadata = metadata
-        self._prefix = f"{CURSOR_KEY_PREFIX}{ledger_name}/"
+        self._ledger_name = ledger_name
+        self._parent = cursors_path(ledger_name)
 
-    def key(self, cursor_name: str) -> str:
-        return self._prefix + quote(cursor_name, safe="")
+    def path(self, cursor_name: str) -> str:
+        """``/cursors/<ledger>/<cursor>``."""
+        return cursor_path(self._ledger_name, cursor_name)
 
-    def load_all(self) -> dict[str, CursorSnapshot]:
-        """Every persisted cursor of this ledger, by name. Raises ``MetadataError``."""
-        try:
-            stored = self._metadata.list(self._prefix)
-        except _METADATA_ERRORS as exc:
-            raise MetadataError(f"cannot list cursors under {self._prefix}: {exc}") from exc
-        result: dict[str, CursorSnapshot] = {}
-        for key, value in stored.items():
-            rest = key[len(self._prefix) :]
-            if "/" in rest:  # a cursor of a ledger whose name extends this one
-                continue
-            snapshot = CursorSnapshot.from_json(value)
-            if snapshot.name != unquote(rest):
-                raise MetadataError(f"cursor state under {key} names cursor {snapshot.name!r}")
-            result[snapshot.name] = snapshot
-        return result
+    async def load_all(self) -> dict[str, CursorSnapshot]:
+        """Every persisted cursor of this ledger, by name (read concurrently; a cursor deleted meanwhile is
+        left out)."""
+        with metadata_errors(f"cannot list the cursors of {self._ledger_name}"):
+            children = await self._metadata.get_children(self._parent)
+        names = [decode_segment(child) for child in children]
+        snapshots = await asyncio.gather(*(self.load(name) for name in names))
+        return {s.name: s for s in snapshots if s is not None}
 
-    def load(self, cursor_name: str) -> CursorSnapshot | None:
-        """The persisted state of ``cursor_name``, or None. Raises ``MetadataError``."""
-        try:
-            value = self._metadata.get(self.key(cursor_name))
-        except KeyError:
-            return None
-        except _METADATA_ERRORS as exc:
-            raise MetadataError(f"cannot read cursor {cursor_name!r}: {exc}") from exc
-        return None if value is None else CursorSnapshot.from_json(value)
+    async def load(self, cursor_name: str) -> CursorSnapshot | None:
+        """The persisted state of ``cursor_name``, or None."""
+        path = self.path(cursor_name)
+        with metadata_errors(f"cannot read cursor {cursor_name!r} of {self._ledger_name}"):
+            stored = await self._metadata.get(path)
+            if stored is None:
+                return None
+            value = decode_json(path, stored.value)
+        snapshot = CursorSnapshot.from_json(value)
+        if snapshot.name != cursor_name:
+            raise MetadataError(f"cursor state under {path} names cursor {snapshot.name!r}")
+        return snapshot
 
     async def save(self, snapshot: CursorSnapshot) -> None:
-        """Write ``snapshot`` (one transaction). Raises ``MetadataError``."""
-        try:
-            await self._metadata.aput(self.key(snapshot.name), snapshot.to_json())
-        except _METADATA_ERRORS as exc:
-            raise MetadataError(f"cannot persist cursor {snapshot.name!r}: {exc}") from exc
-
-    def save_now(self, snapshot: CursorSnapshot) -> None:
-        """Write ``snapshot`` synchronously, on the calling thread. Raises ``MetadataError``."""
-        try:
-            self._metadata.put(self.key(snapshot.name), snapshot.to_json())
-        except _METADATA_ERRORS as exc:
-            raise MetadataError(f"cannot persist cursor {snapshot.name!r}: {exc}") from exc
+        """Write ``snapshot`` (one put: all of it or nothing)."""
+        with metadata_errors(f"cannot persist cursor {snapshot.name!r} of {self._ledger_name}"):
+            await self._metadata.put(self.path(snapshot.name), encode_json(snapshot.to_json()))
 
     async def delete(self, cursor_name: str) -> None:
-        """Remove the state of ``cursor_name`` (no error if absent). Raises ``MetadataError``."""
-        try:
-            await self._metadata.adelete(self.key(cursor_name))
-        except KeyError:
-            return
-        except _METADATA_ERRORS as exc:
-            raise MetadataError(f"cannot delete cursor {cursor_name!r}: {exc}") from exc
+        """Remove the state of ``cursor_name`` (no error if absent)."""
+        with metadata_errors(f"cannot delete cursor {cursor_name!r} of {self._ledger_name}"):
+            try:
+                await self._metadata.delete(self.path(cursor_name))
+            except NotFoundError:
+                return

@@ -13,7 +13,10 @@ from typing import Any
 
 from quasar.ledger.position import Position
 
-__all__ = ["Entry"]
+__all__ = ["DEFAULT_READ_MAX_BYTES", "Entry"]
+
+DEFAULT_READ_MAX_BYTES = 4 * 1024 * 1024
+"""Default byte budget of one read (RocketMQ's default ``get`` limit)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,11 +21,19 @@ Source: Pulsar ``managed-ledger/.../ManagedLedgerException.java`` (ManagedLedger
 ManagedLedgerAlreadyClosedException, CursorAlreadyClosedException, NoMoreEntriesToReadException,
 InvalidCursorPositionException, MarkDeletingMarkedPositionException, TooManyRequestsException, ...).
 ``retriable`` is a class attribute, as in aiokafka's ``KafkaError``.
+
+The metadata port raises ``quasar.metadata.errors.MetadataStoreError``; at the ledger boundary it becomes
+``MetadataError`` (the port's error chained as ``__cause__``) through :func:`metadata_errors`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from quasar.errors import QuasarError
+from quasar.metadata.errors import MetadataStoreError
+from quasar.storage.status import PutStatus
 
 __all__ = [
     "CursorAlreadyClosedError",
@@ -41,6 +49,8 @@ __all__ = [
     "MetadataError",
     "NoMoreEntriesError",
     "TooManyRequestsError",
+    "metadata_errors",
+    "put_status_error",
 ]
 
 
@@ -98,7 +108,17 @@ class InvalidEntryError(ManagedLedgerError):
 
 
 class MetadataError(ManagedLedgerError):
-    """Reading or writing the metadata store failed, or it held data this layer cannot parse."""
+    """Reading or writing the metadata store failed, or it held data this layer cannot parse. A failure of
+    the metadata port is chained as ``__cause__`` (a ``quasar.metadata.errors.MetadataStoreError``)."""
+
+
+@contextmanager
+def metadata_errors(action: str) -> Iterator[None]:
+    """Turn a ``MetadataStoreError`` raised inside the block into ``MetadataError("<action>: <cause>")``."""
+    try:
+        yield
+    except MetadataStoreError as exc:
+        raise MetadataError(f"{action}: {exc}") from exc
 
 
 class CursorAlreadyClosedError(ManagedLedgerError):
@@ -130,3 +150,25 @@ class MarkDeletingMarkedPositionError(ManagedLedgerError):
         super().__init__(message)
         self.position = position
         self.mark_delete_position = mark_delete_position
+
+
+_FLUSH_TIMEOUT_STATUSES = frozenset(
+    {PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.FLUSH_SLAVE_TIMEOUT, PutStatus.SLAVE_NOT_AVAILABLE}
+)
+_INVALID_ENTRY_STATUSES = frozenset({PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED})
+_BUSY_STATUSES = frozenset({PutStatus.OS_PAGE_CACHE_BUSY})
+
+
+def put_status_error(status: PutStatus, name: str) -> ManagedLedgerError:
+    """The error for a store put or flush of managed ledger ``name`` that ended with non-OK ``status``:
+    flush timeouts -> ``ManagedLedgerFlushTimeoutError``, MESSAGE_ILLEGAL / PROPERTIES_SIZE_EXCEEDED ->
+    ``InvalidEntryError``, OS_PAGE_CACHE_BUSY -> ``TooManyRequestsError``, anything else ->
+    ``ManagedLedgerStorageError``."""
+    message = f"store refused an entry of {name}: {status.name}"
+    if status in _FLUSH_TIMEOUT_STATUSES:
+        return ManagedLedgerFlushTimeoutError(message, status=status.name)
+    if status in _INVALID_ENTRY_STATUSES:
+        return InvalidEntryError(message, status=status.name)
+    if status in _BUSY_STATUSES:
+        return TooManyRequestsError(message, status=status.name)
+    return ManagedLedgerStorageError(message, status=status.name)

@@ -2,22 +2,26 @@
 ``ManagedLedgerFactoryImpl``), owns the ledger-id allocator and the background task that persists changed
 cursor state at most once per ``cursor_persist_interval_ms``.
 
-Lifecycle: construct -> ``await start()`` (starts the cursor flusher) -> ``open(name)`` as topics load ->
-``await close()`` (stops the flusher, closes every ledger: in-flight adds finish, every cursor is persisted).
+Lifecycle: construct -> ``await start()`` (reserves the first block of ledger ids, loads the names of the
+existing managed ledgers, starts the cursor flusher) -> ``await open(name)`` as topics load ->
+``await close()`` (stops the flusher and the allocator, closes every ledger: in-flight adds finish, every
+cursor is persisted). Every metadata access is an await on the metadata port: nothing here blocks the loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-import sqlite3
-from typing import Any
 
 from quasar.errors import QuasarError
 from quasar.ledger.config import ManagedLedgerConfig
-from quasar.ledger.errors import ManagedLedgerAlreadyClosedError, MetadataError
+from quasar.ledger.errors import ManagedLedgerAlreadyClosedError, ManagedLedgerError, metadata_errors
 from quasar.ledger.ledger_id_allocator import LedgerIdAllocator
-from quasar.ledger.managed_ledger import LEDGER_KEY_PREFIX, ManagedLedger
+from quasar.ledger.managed_ledger import ManagedLedger
+from quasar.ledger.paths import MANAGED_LEDGERS_ROOT
+from quasar.metadata.port import MetadataStore, decode_segment
+from quasar.storage.port import MessageStorePort
 
 __all__ = ["ManagedLedgerFactory"]
 
@@ -25,35 +29,82 @@ log = logging.getLogger(__name__)
 
 
 class ManagedLedgerFactory:
-    """Opens managed ledgers on ``store`` (a ``MessageStore``) with metadata in ``metadata`` (a
-    ``MetadataStore``), all with ``config``. One factory per broker and metadata store."""
+    """Opens managed ledgers on ``store`` (the message store port) with metadata in ``metadata`` (the
+    metadata port), all with ``config``. One factory per broker and metadata store."""
 
-    def __init__(self, store: Any, metadata: Any, config: ManagedLedgerConfig | None = None) -> None:
+    def __init__(
+        self, store: MessageStorePort, metadata: MetadataStore, config: ManagedLedgerConfig | None = None
+    ) -> None:
         self._store = store
         self._metadata = metadata
         self._config = config or ManagedLedgerConfig()
         self._allocator = LedgerIdAllocator(metadata)
         self._ledgers: dict[str, ManagedLedger] = {}
+        self._opening: dict[str, asyncio.Task[ManagedLedger]] = {}
+        self._names: set[str] = set()  # every managed ledger that exists, loaded at start, kept current
         self._flusher: asyncio.Task[None] | None = None
+        self._started = False
         self._closed = False
 
     @property
     def config(self) -> ManagedLedgerConfig:
         return self._config
 
-    def open(self, name: str) -> ManagedLedger:
-        """The managed ledger ``name``, opened (and created when new) on first use, then cached. A cached
-        ledger that was closed or fenced is opened afresh from its durable state. Synchronous: the first open
-        of a name reads (and for a new one writes) the metadata store. Raises ``MetadataError``,
-        ``ManagedLedgerAlreadyClosedError`` once the factory is closed."""
+    async def start(self) -> None:
+        """Reserve the first block of ledger ids, load the names of the existing managed ledgers and start
+        the background task that persists changed cursor state every ``cursor_persist_interval_ms``.
+        Idempotent. Raises ``MetadataError``, ``ManagedLedgerAlreadyClosedError`` after ``close``."""
         if self._closed:
             raise ManagedLedgerAlreadyClosedError("the managed ledger factory is closed")
+        if self._started:
+            return
+        await self._allocator.start()
+        with metadata_errors("cannot list the managed ledgers"):
+            children = await self._metadata.get_children(MANAGED_LEDGERS_ROOT)
+        self._names.update(decode_segment(child) for child in children)
+        self._started = True
+        if self._flusher is None:
+            self._flusher = asyncio.create_task(self._flush_loop(), name="managed-ledger-cursor-flusher")
+
+    async def open(self, name: str) -> ManagedLedger:
+        """The managed ledger ``name``, opened (and created when new) on first use, then cached. A cached
+        ledger that was closed or fenced is opened afresh from its durable state. Concurrent opens of one name
+        share one open (cancelling one caller does not cancel it for the others). Raises ``ValueError`` for an
+        empty name, ``MetadataError``, ``ManagedLedgerAlreadyClosedError`` once the factory is closed,
+        ``ManagedLedgerError`` before ``start``."""
+        self._check_usable()
+        if not name:
+            raise ValueError("a managed ledger needs a non-empty name")
         ledger = self._ledgers.get(name)
         if ledger is not None and not (ledger.is_closed or ledger.is_fenced):
             return ledger
-        ledger = ManagedLedger(name, self._store, self._metadata, self._config, self._allocator)
+        pending = self._opening.get(name)
+        if pending is None:
+            pending = asyncio.get_running_loop().create_task(self._open(name), name=f"open-ledger {name}")
+            self._opening[name] = pending
+            pending.add_done_callback(functools.partial(self._opened, name))
+        return await asyncio.shield(pending)
+
+    async def _open(self, name: str) -> ManagedLedger:
+        ledger = await ManagedLedger.open(name, self._store, self._metadata, self._config, self._allocator)
+        if self._closed:  # the factory closed while the ledger was loading
+            await ledger.close()
+            raise ManagedLedgerAlreadyClosedError("the managed ledger factory is closed")
         self._ledgers[name] = ledger
+        self._names.add(name)
         return ledger
+
+    def _opened(self, name: str, task: asyncio.Task[ManagedLedger]) -> None:
+        if self._opening.get(name) is task:
+            del self._opening[name]
+        if not task.cancelled():
+            task.exception()  # retrieved here: every caller that still waits re-raises it
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise ManagedLedgerAlreadyClosedError("the managed ledger factory is closed")
+        if not self._started:
+            raise ManagedLedgerError("the managed ledger factory is not started: await start() first")
 
     def get(self, name: str) -> ManagedLedger | None:
         """The open managed ledger ``name``, or None when it is not open."""
@@ -61,14 +112,9 @@ class ManagedLedgerFactory:
         return None if ledger is None or ledger.is_closed else ledger
 
     def names(self) -> list[str]:
-        """Names of every managed ledger that exists (persisted in the metadata store, or open), sorted."""
-        try:
-            stored = self._metadata.list(LEDGER_KEY_PREFIX)
-        except (QuasarError, OSError, sqlite3.Error) as exc:
-            raise MetadataError(f"cannot list managed ledgers: {exc}") from exc
-        names = {key[len(LEDGER_KEY_PREFIX) :] for key in stored}
-        names.update(name for name, ledger in self._ledgers.items() if not ledger.is_closed)
-        return sorted(names)
+        """Names of every managed ledger that exists (stored at ``start``, or opened since), sorted. An
+        in-memory look-up: no metadata access."""
+        return sorted(self._names)
 
     async def close_ledger(self, name: str) -> None:
         """Close managed ledger ``name`` (persisting its cursors) and drop it from the cache."""
@@ -76,29 +122,21 @@ class ManagedLedgerFactory:
         if ledger is not None:
             await ledger.close()
 
-    async def start(self) -> None:
-        """Start the background task that persists changed cursor state every
-        ``cursor_persist_interval_ms``. Idempotent."""
-        if self._closed:
-            raise ManagedLedgerAlreadyClosedError("the managed ledger factory is closed")
-        if self._flusher is None:
-            self._flusher = asyncio.create_task(self._flush_loop(), name="managed-ledger-cursor-flusher")
-
     async def flush_cursors(self) -> None:
-        """Persist every changed durable cursor of every open ledger now."""
-        for ledger in list(self._ledgers.values()):
-            if not ledger.is_closed:
-                await ledger.flush_cursors()
+        """Persist every changed durable cursor of every open ledger now (all writes issued at once; errors
+        are logged and the cursors stay dirty)."""
+        ledgers = [ledger for ledger in self._ledgers.values() if not ledger.is_closed]
+        await asyncio.gather(*(ledger.flush_cursors() for ledger in ledgers))
 
     async def flush_and_trim(self) -> None:
         """One background round: take each ledger's trim bound, persist the cursors, then trim ledgers below
         the bound that retention no longer keeps (so persisted cursors never point into deleted ledgers)."""
         ledgers = [ledger for ledger in self._ledgers.values() if not ledger.is_closed]
         bounds = [ledger.trim_bound() for ledger in ledgers]
+        await asyncio.gather(*(ledger.flush_cursors() for ledger in ledgers))
         for ledger, bound in zip(ledgers, bounds, strict=True):
             if ledger.is_closed:
                 continue
-            await ledger.flush_cursors()
             try:
                 await ledger.trim_ledgers(bound)
             except QuasarError:
@@ -114,24 +152,25 @@ class ManagedLedgerFactory:
                 log.exception("cursor flush round failed")
 
     async def close(self) -> None:
-        """Stop the flusher, then close every ledger (in-flight adds finish, every cursor is persisted).
-        Idempotent. Raises the first ``MetadataError`` met, after closing everything."""
+        """Stop the flusher and the allocator, let pending opens finish, then close every ledger (in-flight
+        adds finish, every cursor is persisted). Idempotent. Raises the first ``ManagedLedgerError`` met, after
+        closing everything."""
         if self._closed:
             return
         self._closed = True
         if self._flusher is not None:
             self._flusher.cancel()
-            try:
-                await self._flusher
-            except asyncio.CancelledError:
-                pass
+            await asyncio.gather(self._flusher, return_exceptions=True)
             self._flusher = None
-        first_error: BaseException | None = None
+        if self._opening:
+            await asyncio.wait(list(self._opening.values()))
+        await self._allocator.close()
+        first_error: ManagedLedgerError | None = None
         for name in list(self._ledgers):
             ledger = self._ledgers.pop(name)
             try:
                 await ledger.close()
-            except MetadataError as exc:
+            except ManagedLedgerError as exc:
                 log.error("closing %s: %s", name, exc)
                 first_error = first_error or exc
         if first_error is not None:

@@ -30,12 +30,12 @@ import itertools
 from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from quasar.ledger.errors import MetadataError
 from quasar.ledger.position import Position
 
-__all__ = ["LedgerInfo", "LedgerTable"]
+__all__ = ["LedgerInfo", "LedgerTable", "LedgerTableView"]
 
 
 @dataclass(slots=True)
@@ -79,6 +79,37 @@ def _int(value: Any) -> int:
     if type(value) is not int:
         raise TypeError(f"expected an integer, got {value!r}")
     return value
+
+
+class LedgerTableView(Protocol):
+    """Read-only view of a :class:`LedgerTable`: what cursors and readers may use (only the managed ledger
+    changes its table). Offsets are queue offsets; see :class:`LedgerTable` for each method."""
+
+    @property
+    def next_offset(self) -> int: ...
+
+    @property
+    def first_offset(self) -> int: ...
+
+    def __len__(self) -> int: ...
+
+    def ledger_end(self, index: int) -> int: ...
+
+    def ledger_at(self, index: int) -> tuple[int, int, int]: ...
+
+    def index_of_offset(self, offset: int) -> int: ...
+
+    def position_of(self, offset: int) -> Position: ...
+
+    def offset_after(self, position: Position) -> int: ...
+
+    def ceil_offset(self, position: Position) -> int: ...
+
+    def offset_of(self, position: Position) -> int | None: ...
+
+    def next_position(self, position: Position) -> Position: ...
+
+    def previous_position(self, position: Position) -> Position: ...
 
 
 class LedgerTable:
@@ -143,6 +174,10 @@ class LedgerTable:
     def ledger_end(self, index: int) -> int:
         """One past the last queue offset of the ledger at ``index`` (the next ledger's first offset)."""
         return self._firsts[index + 1] if index + 1 < len(self._firsts) else self.next_offset
+
+    def ledger_at(self, index: int) -> tuple[int, int, int]:
+        """``(ledger_id, first_queue_offset, end)`` of the ledger at ``index`` (end as :meth:`ledger_end`)."""
+        return self._ids[index], self._firsts[index], self.ledger_end(index)
 
     def entries_in(self, index: int) -> int:
         """Entries in the ledger at ``index``."""

@@ -1,7 +1,12 @@
 """LedgerTableStore: persistence and crash recovery of a managed ledger's ledger table.
 
-The table lives under ``/managed-ledgers/<name>`` in the metadata store as ``{"ledgers": [row, ...]}`` (row
-layout in ``ledger_table``). Recovery reconciles it with the store, which is the truth for what was written:
+The table lives under ``/managed-ledgers/<encoded name>`` (``paths``) as JSON ``{"ledgers": [row, ...]}`` (row
+layout in ``ledger_table``). Every write is a compare-and-set on the version last read or written, as Pulsar
+writes ``ManagedLedgerInfo`` with its ``Stat`` version: a version mismatch means another owner wrote the table,
+and the write fails with ``ManagedLedgerFencedError`` (the managed ledger then fences itself). Writes are
+serialised by a lock, each writing the table as it is when its turn comes.
+
+Recovery reconciles the stored table with the message store, which is the truth for what was written:
 
 - rows whose first queue offset is at or past the store's end are dropped (they were created for entries that
   never reached the disk, so nothing in them was ever receipted); the first row is kept;
@@ -12,71 +17,72 @@ layout in ``ledger_table``). Recovery reconciles it with the store, which is the
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import sqlite3
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
-from quasar.errors import QuasarError
-from quasar.ledger.errors import MetadataError
+from quasar.ledger.errors import ManagedLedgerFencedError, MetadataError, metadata_errors
 from quasar.ledger.ledger_table import LedgerInfo, LedgerTable
+from quasar.ledger.paths import QUEUE_ID, ledger_table_path
+from quasar.metadata.errors import BadVersionError
+from quasar.metadata.port import MetadataStore, decode_json, encode_json
+from quasar.storage.port import MessageStorePort
 
-__all__ = ["LEDGER_KEY_PREFIX", "QUEUE_ID", "LedgerTableStore", "RecoveredTable"]
+__all__ = ["LedgerTableStore", "RecoveredTable"]
 
 log = logging.getLogger(__name__)
 
-LEDGER_KEY_PREFIX = "/managed-ledgers/"
-QUEUE_ID = 0
-"""The store queue id of every managed ledger: the queue is ``(managed ledger name, 0)``."""
-
-_METADATA_ERRORS = (QuasarError, OSError, sqlite3.Error)
 _SCAN_BATCH = 1024
+_ABSENT = -1  # expected_version for "must not exist yet"
 
 
+@dataclass(frozen=True, slots=True)
 class RecoveredTable:
-    """What ``LedgerTableStore.recover`` found: the table, whether the last ledger holds entries (so the next
-    add starts a new ledger) and the byte size of the last ledger."""
+    """What :meth:`LedgerTableStore.recover` found: the table, whether the last ledger holds entries (so the
+    next add starts a new ledger) and the byte size of the last ledger."""
 
-    __slots__ = ("current_size", "roll_pending", "table")
-
-    def __init__(self, table: LedgerTable, roll_pending: bool, current_size: int) -> None:
-        self.table = table
-        self.roll_pending = roll_pending
-        self.current_size = current_size
+    table: LedgerTable
+    roll_pending: bool
+    current_size: int
 
 
 class LedgerTableStore:
     """Reads, repairs and writes the ledger table of managed ledger ``name``.
 
-    ``metadata``: a ``MetadataStore``; ``store``: the ``MessageStore`` (read for the queue's end and, after a
-    crash, the last ledger's size). Synchronous methods run at open; ``write`` is async (worker thread).
-    Every metadata failure raises ``MetadataError``.
+    ``metadata``: the metadata port; ``store``: the message store port (read for the queue's end and, after a
+    crash, the last ledger's size). Every metadata failure raises ``MetadataError``.
     """
 
-    def __init__(self, metadata: Any, store: Any, name: str) -> None:
+    __slots__ = ("_lock", "_metadata", "_name", "_store", "_version", "path")
+
+    def __init__(self, metadata: MetadataStore, store: MessageStorePort, name: str) -> None:
         self._metadata = metadata
         self._store = store
         self._name = name
-        self.key = LEDGER_KEY_PREFIX + name
+        self.path = ledger_table_path(name)
+        self._version = _ABSENT  # version of the stored table as last read or written
+        self._lock = asyncio.Lock()
 
-    def recover(self, allocate: Callable[[], int], now_ms: int) -> RecoveredTable:
+    async def recover(self, allocate: Callable[[], Awaitable[int]], now_ms: int) -> RecoveredTable:
         """Load the table (creating it, with a ledger id from ``allocate``, when new) and reconcile it with
-        the store. Writes the table back when it was created or repaired."""
+        the store. Writes the table back when it was created or repaired. Raises ``MetadataError``."""
+        with metadata_errors(f"cannot read the ledger table of {self._name}"):
+            stored = await self._metadata.get(self.path)
+        if stored is None:
+            ledger_id = await allocate()
+            store_end = self._store.max_queue_offset(self._name, QUEUE_ID)  # after the awaits: the newest
+            table = LedgerTable([LedgerInfo(ledger_id, store_end, now_ms)], store_end)
+            await self.write(table)
+            return RecoveredTable(table, False, 0)
+        with metadata_errors(f"cannot read the ledger table of {self._name}"):
+            value = decode_json(self.path, stored.value)
+        self._version = stored.stat.version
         store_end = self._store.max_queue_offset(self._name, QUEUE_ID)
         try:
-            stored = self._metadata.get(self.key)
-        except KeyError:
-            stored = None
-        except _METADATA_ERRORS as exc:
-            raise MetadataError(f"cannot read the ledger table of {self._name}: {exc}") from exc
-        if stored is None:
-            table = LedgerTable([LedgerInfo(allocate(), store_end, now_ms)], store_end)
-            self.write_now(table)
-            return RecoveredTable(table, False, 0)
-        try:
-            rows = [LedgerInfo.from_json(row) for row in stored["ledgers"]]
+            rows = [LedgerInfo.from_json(row) for row in value["ledgers"]]
         except (KeyError, TypeError) as exc:
-            raise MetadataError(f"malformed ledger table of {self._name}: {stored!r}") from exc
+            raise MetadataError(f"malformed ledger table of {self._name}: {value!r}") from exc
         if not rows:
             raise MetadataError(f"empty ledger table for {self._name}")
         repaired = False
@@ -100,7 +106,7 @@ class LedgerTableStore:
             last.size_bytes = self.scan_size(last.first_queue_offset, store_end)
             repaired = True
         if repaired:
-            self.write_now(table)
+            await self.write(table)
         return RecoveredTable(table, entries > 0, last.size_bytes or 0)
 
     def scan_size(self, start: int, end: int) -> int:
@@ -118,16 +124,16 @@ class LedgerTableStore:
             offset = result.messages[-1].queue_offset + 1
         return size
 
-    def write_now(self, table: LedgerTable) -> None:
-        """Write ``table`` synchronously (at open only)."""
-        try:
-            self._metadata.put(self.key, table.to_json())
-        except _METADATA_ERRORS as exc:
-            raise MetadataError(f"cannot write the ledger table of {self._name}: {exc}") from exc
-
     async def write(self, table: LedgerTable) -> None:
-        """Write ``table`` in one transaction on the metadata store's worker thread."""
-        try:
-            await self._metadata.aput(self.key, table.to_json())
-        except _METADATA_ERRORS as exc:
-            raise MetadataError(f"cannot write the ledger table of {self._name}: {exc}") from exc
+        """Write ``table`` as it is when this write's turn comes (one put, compare-and-set on the version
+        last seen). Raises ``ManagedLedgerFencedError`` when another owner changed the stored table (Pulsar
+        fences the managed ledger on ``BadVersionException``), ``MetadataError`` on other failures."""
+        async with self._lock:
+            with metadata_errors(f"cannot write the ledger table of {self._name}"):
+                try:
+                    stat = await self._metadata.put(self.path, encode_json(table.to_json()), self._version)
+                except BadVersionError as exc:
+                    raise ManagedLedgerFencedError(
+                        f"{self._name}: the stored ledger table was changed by another owner: {exc}"
+                    ) from exc
+            self._version = stat.version

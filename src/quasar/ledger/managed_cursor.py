@@ -8,35 +8,72 @@ State:
 Internally the read position is a queue offset, so it stays right across ledger rollovers: "the entry after
 the last one of ledger 7" and "entry 0 of ledger 9" are the same offset.
 
-Durable cursors are persisted through ``CursorStore`` when created, then at most once per
-``cursor_persist_interval_ms`` by the factory's background flusher (only when changed), and always on close.
-Non-durable cursors (readers, Pulsar ``NonDurableCursorImpl``) persist nothing.
+A cursor sees its managed ledger only through :class:`CursorLedger`, the ledger's public read/visibility API
+(read from a queue offset, the confirmed end, a read-only ledger table, persist a snapshot, forget a cursor).
 
-Every method runs on the event loop thread; none blocks except ``open`` of a new durable cursor (one small
-metadata write, made when the subscription is created).
+Durable cursors are persisted (``CursorLedger.persist_cursor``) when created, then at most once per
+``cursor_persist_interval_ms`` by the factory's background flusher (only when changed), and always on close.
+Non-durable cursors (readers, Pulsar ``NonDurableCursorImpl``) persist nothing. Every method runs on the event
+loop thread; only ``flush``, ``close`` and ``invalidate`` await (the metadata store).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping
+from typing import Protocol
 
 from quasar.ledger.ack_state import AckState
-from quasar.ledger.cursor_store import CursorSnapshot, CursorStore
-from quasar.ledger.entry import Entry
+from quasar.ledger.cursor_store import CursorSnapshot
+from quasar.ledger.entry import DEFAULT_READ_MAX_BYTES, Entry
 from quasar.ledger.errors import CursorAlreadyClosedError, InvalidCursorPositionError
+from quasar.ledger.ledger_table import LedgerTableView
 from quasar.ledger.position import Position
 from quasar.ledger.range_set import PositionRangeSet
 
-if TYPE_CHECKING:
-    from quasar.ledger.managed_ledger import ManagedLedger
+__all__ = ["DEFAULT_READ_MAX_BYTES", "CursorLedger", "ManagedCursor"]
 
-__all__ = ["DEFAULT_READ_MAX_BYTES", "ManagedCursor"]
 
-DEFAULT_READ_MAX_BYTES = 4 * 1024 * 1024
-"""Default byte budget of one read (RocketMQ's default ``get`` limit)."""
+class CursorLedger(Protocol):
+    """The public API of ``ManagedLedger`` that its cursors use (and nothing else of it)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def table(self) -> LedgerTableView:
+        """Read-only view of the ledger table (position <-> queue offset)."""
+        ...
+
+    @property
+    def confirmed_end_offset(self) -> int:
+        """One past the queue offset of the last confirmed entry."""
+        ...
+
+    @property
+    def first_available_offset(self) -> int:
+        """Queue offset of the first entry still held."""
+        ...
+
+    @property
+    def last_confirmed_entry(self) -> Position: ...
+
+    def next_valid_position(self, position: Position) -> Position: ...
+
+    def read_from_offset(
+        self, queue_offset: int, max_entries: int, max_bytes: int
+    ) -> tuple[list[Entry], int]:
+        """Confirmed entries from ``queue_offset`` and the queue offset after them."""
+        ...
+
+    async def persist_cursor(self, snapshot: CursorSnapshot) -> None:
+        """Write a durable cursor's state; raises ``MetadataError``."""
+        ...
+
+    def forget_cursor(self, cursor: ManagedCursor) -> None:
+        """Unregister a cursor that closed itself."""
+        ...
 
 
 class ManagedCursor:
@@ -45,29 +82,34 @@ class ManagedCursor:
 
     def __init__(
         self,
-        ledger: ManagedLedger,
+        ledger: CursorLedger,
         name: str,
         state: AckState,
         read_offset: int,
         *,
-        store: CursorStore | None,
+        durable: bool,
         max_ranges_to_persist: int,
         max_batch_entries_to_persist: int = 10_000,
+        properties: Mapping[str, int] | None = None,
+        persisted: bool = False,
     ) -> None:
+        """``state``: the ack state; ``read_offset``: the queue offset of the first read (moved up to just
+        after the mark-delete position); ``properties``: restored cursor properties; ``persisted``: the state
+        was just read from the metadata store (nothing to write yet)."""
         self._ledger = ledger
         self._name = name
         self._state = state
-        self._table = ledger._table
+        self._table = ledger.table
         self._read_offset = max(read_offset, self._table.offset_after(state.mark_delete_position))
-        self._store = store
+        self._durable = durable
         self._max_ranges = max_ranges_to_persist
         self._max_batch_entries = max_batch_entries_to_persist
         # durable state versions: changed on every ack/reset, persisted when a write of that version completed
-        self._version = 1 if store is not None else 0
-        self._persisted_version = 0
+        self._version = 1 if durable else 0
+        self._persisted_version = self._version if persisted else 0
         self._closed = False
-        self._persist_lock = asyncio.Lock() if store is not None else None
-        self._properties: dict[str, int] = {}
+        self._persist_lock = asyncio.Lock() if durable else None
+        self._properties: dict[str, int] = dict(properties or {})
 
     # ------------------------------------------------------------------ identity and state
     @property
@@ -77,14 +119,14 @@ class ManagedCursor:
     @property
     def durable(self) -> bool:
         """Whether the cursor's state is persisted (a subscription) or not (a reader)."""
-        return self._store is not None
+        return self._durable
 
     @property
     def is_closed(self) -> bool:
         return self._closed
 
     @property
-    def ledger(self) -> ManagedLedger:
+    def ledger(self) -> CursorLedger:
         return self._ledger
 
     @property
@@ -132,7 +174,7 @@ class ManagedCursor:
         offset = self._skip_deleted(self._read_offset)
         full = False
         while not full and len(out) < max_entries:
-            entries, next_offset = ledger._read_offsets(offset, max_entries - len(out), max(budget, 1))
+            entries, next_offset = ledger.read_from_offset(offset, max_entries - len(out), max(budget, 1))
             if not entries:
                 offset = max(offset, next_offset)
                 break
@@ -154,7 +196,7 @@ class ManagedCursor:
         """Whether a confirmed entry that is not individually deleted lies at or after the read position."""
         self._check_open()
         self._read_offset = self._skip_deleted(self._read_offset)
-        return self._read_offset < self._ledger._confirmed_end
+        return self._read_offset < self._ledger.confirmed_end_offset
 
     def _skip_deleted(self, offset: int) -> int:
         deleted = self._state.individually_deleted
@@ -218,7 +260,7 @@ class ManagedCursor:
         state = self._state
         mark_delete = state.mark_delete_position
         table = self._table
-        confirmed_end = self._ledger._confirmed_end
+        confirmed_end = self._ledger.confirmed_end_offset
         todo = []
         for position in positions:
             if position <= mark_delete:
@@ -248,7 +290,7 @@ class ManagedCursor:
         if ack_set < 0:
             raise ValueError(f"ack_set must be a non-negative bit set, got {ack_set}")
         offset = self._table.offset_of(position)
-        if offset is None or offset >= self._ledger._confirmed_end:
+        if offset is None or offset >= self._ledger.confirmed_end_offset:
             raise InvalidCursorPositionError(
                 f"cannot acknowledge {position}: no confirmed entry has that position", position=position
             )
@@ -276,7 +318,7 @@ class ManagedCursor:
         ledger = self._ledger
         table = self._table
         offset = min(
-            max(table.ceil_offset(position), ledger._first_available_offset()), ledger._confirmed_end
+            max(table.ceil_offset(position), ledger.first_available_offset), ledger.confirmed_end_offset
         )
         self._state.reset(table.position_of(offset - 1))
         self._read_offset = offset
@@ -289,7 +331,7 @@ class ManagedCursor:
         self._touch()
 
     def _touch(self) -> None:
-        if self._store is not None:
+        if self._durable:
             self._version += 1
 
     # ------------------------------------------------------------------ stats
@@ -298,13 +340,13 @@ class ManagedCursor:
         """Confirmed entries after the mark-delete position that are not individually deleted (Pulsar
         ``getNumberOfEntriesInBacklog``)."""
         start = max(self._table.offset_after(self._state.mark_delete_position), self._table.first_offset)
-        backlog = self._ledger._confirmed_end - start - self._state.individually_deleted.cardinality
+        backlog = self._ledger.confirmed_end_offset - start - self._state.individually_deleted.cardinality
         return max(backlog, 0)
 
     @property
     def number_of_entries(self) -> int:
         """Confirmed entries from the read position on (Pulsar ``getNumberOfEntries``)."""
-        return max(self._ledger._confirmed_end - self._read_offset, 0)
+        return max(self._ledger.confirmed_end_offset - self._read_offset, 0)
 
     # ------------------------------------------------------------------ persistence and lifecycle
     def snapshot(self) -> CursorSnapshot:
@@ -321,27 +363,16 @@ class ManagedCursor:
         )
 
     async def flush(self) -> None:
-        """Persist the state now if it changed (durable cursors; a no-op for non-durable ones). The write runs
-        on the metadata store's worker thread. Raises ``MetadataError``; the state stays dirty then."""
-        if self._store is None or self._persist_lock is None or not self.is_dirty:
+        """Persist the state now if it changed (durable cursors; a no-op for non-durable or closed ones).
+        Writes are serialised per cursor. Raises ``MetadataError``; the state stays dirty then."""
+        if self._persist_lock is None or not self.is_dirty:
             return
         async with self._persist_lock:
             version = self._version
-            if version == self._persisted_version:
+            if version == self._persisted_version or self._closed:
                 return
-            await self._store.save(self.snapshot())
+            await self._ledger.persist_cursor(self.snapshot())
             self._persisted_version = max(self._persisted_version, version)
-
-    def _persist_now(self) -> None:
-        """Synchronous first write of a new durable cursor."""
-        if self._store is not None:
-            version = self._version
-            self._store.save_now(self.snapshot())
-            self._persisted_version = version
-
-    def _mark_persisted(self) -> None:
-        """The state was just restored from the store: nothing to write."""
-        self._persisted_version = self._version
 
     async def close(self) -> None:
         """Persist (durable cursors) and close; later calls raise ``CursorAlreadyClosedError``. Idempotent."""
@@ -351,10 +382,19 @@ class ManagedCursor:
             await self.flush()
         finally:
             self._closed = True
-            self._ledger._forget_cursor(self)
+            self._ledger.forget_cursor(self)
 
-    def _mark_closed(self) -> None:
+    def mark_closed(self) -> None:
+        """Close without persisting (the ledger calls it once it has flushed the cursor on its own close)."""
         self._closed = True
+
+    async def invalidate(self) -> None:
+        """Close without persisting, once a write of the state in flight has finished: the ledger calls it
+        before deleting the cursor's state, so no late write brings the state back."""
+        self._closed = True
+        if self._persist_lock is not None:
+            async with self._persist_lock:
+                pass
 
     def _check_open(self) -> None:
         if self._closed:

@@ -15,15 +15,18 @@ Rollover (Pulsar ``currentLedgerIsFull``, semantics.md B1 and gotcha #10): the l
 ``max_ledger_rollover_time_ms``; a full ledger rolls only once older than ``min_ledger_rollover_time_ms`` (at
 once when that is 0). The check runs before each put, so the add that fills a ledger is its last entry. A
 reopened managed ledger starts a new ledger at its first add (as Pulsar opens a new ledger on every load).
+A rollover takes a ledger id the allocator reserved earlier and never waits for the metadata store; when none
+is reserved at that moment, the current ledger takes the entry and a later add rolls over.
 
-Crash recovery (at construction): ledger rows whose first offset lies past the store's end are dropped (they
-were never receipted), the last ledger is sized from the store's max queue offset, and everything the store
-recovered counts as confirmed.
+Opening (``await ManagedLedger.open(...)``, normally through the factory) reads the ledger table and the
+durable cursors through the async metadata port and reconciles the table with the store (``ledger_table_store``:
+rows past the store's end are dropped, the last ledger is sized from the store; everything the store recovered
+counts as confirmed).
 
-Reads live in ``reads`` (``LedgerReadsMixin``), retention and trimming in ``trimming`` (``TrimmingMixin``).
-
-Metadata: ``/managed-ledgers/<name>`` holds the ledger table (``LedgerTable.to_json``); cursors live under
-``/cursors/<name>/`` (``cursor_store``).
+Composed of ``LedgerReader`` (``reads``), ``LedgerTrimmer`` (``trimming``: retention), ``LedgerCursors``
+(``cursors``: the cursor registry) and ``LedgerTableStore``. Cursors use only the public read/visibility API
+(``table``, ``confirmed_end_offset``, ``first_available_offset``, ``read_from_offset``, ``persist_cursor``,
+``forget_cursor``: the ``CursorLedger`` protocol). Metadata paths: ``paths``.
 """
 
 from __future__ import annotations
@@ -31,54 +34,41 @@ from __future__ import annotations
 import asyncio
 import enum
 import functools
-import itertools
 import logging
 import time
-import weakref
 from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from quasar.errors import QuasarError
-from quasar.ledger.ack_state import AckState
 from quasar.ledger.config import ManagedLedgerConfig
 from quasar.ledger.cursor_store import CursorSnapshot, CursorStore
+from quasar.ledger.cursors import InitialPosition, LedgerCursors
+from quasar.ledger.entry import DEFAULT_READ_MAX_BYTES, Entry
 from quasar.ledger.errors import (
-    CursorNotFoundError,
-    InvalidEntryError,
     ManagedLedgerAlreadyClosedError,
     ManagedLedgerError,
     ManagedLedgerFencedError,
-    ManagedLedgerFlushTimeoutError,
     ManagedLedgerStorageError,
     MetadataError,
-    TooManyRequestsError,
+    put_status_error,
 )
 from quasar.ledger.ledger_id_allocator import LedgerIdAllocator
-from quasar.ledger.ledger_table import LedgerInfo
-from quasar.ledger.ledger_table_store import LEDGER_KEY_PREFIX, QUEUE_ID, LedgerTableStore
+from quasar.ledger.ledger_table import LedgerInfo, LedgerTableView
+from quasar.ledger.ledger_table_store import LedgerTableStore, RecoveredTable
+from quasar.ledger.listeners import EntriesListeners
 from quasar.ledger.managed_cursor import ManagedCursor
+from quasar.ledger.paths import QUEUE_ID
 from quasar.ledger.position import Position
-from quasar.ledger.reads import LedgerReadsMixin
-from quasar.ledger.trimming import TrimmingMixin
+from quasar.ledger.reads import LedgerReader
+from quasar.ledger.trimming import LedgerTrimmer
+from quasar.metadata.port import MetadataStore
+from quasar.storage.port import MessageStorePort
 from quasar.storage.status import PutStatus
 
-__all__ = ["LEDGER_KEY_PREFIX", "QUEUE_ID", "InitialPosition", "ManagedLedger"]
+__all__ = ["QUEUE_ID", "InitialPosition", "ManagedLedger"]
 
 log = logging.getLogger(__name__)
-
-_FLUSH_TIMEOUT_STATUSES = frozenset(
-    {PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.FLUSH_SLAVE_TIMEOUT, PutStatus.SLAVE_NOT_AVAILABLE}
-)
-_INVALID_ENTRY_STATUSES = frozenset({PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED})
-_BUSY_STATUSES = frozenset({PutStatus.OS_PAGE_CACHE_BUSY})
-
-
-class InitialPosition(enum.Enum):
-    """Where a new durable cursor starts (Pulsar ``CommandSubscribe.InitialPosition``)."""
-
-    LATEST = "latest"
-    EARLIEST = "earliest"
 
 
 class _State(enum.Enum):
@@ -87,71 +77,88 @@ class _State(enum.Enum):
     CLOSED = "closed"
 
 
-def _put_error(status: PutStatus, name: str) -> ManagedLedgerError:
-    """Map a non-OK RocketMQ PutStatus to the ManagedLedgerError to raise."""
-    message = f"store refused an entry of {name}: {status.name}"
-    if status in _FLUSH_TIMEOUT_STATUSES:
-        return ManagedLedgerFlushTimeoutError(message, status=status.name)
-    if status in _INVALID_ENTRY_STATUSES:
-        return InvalidEntryError(message, status=status.name)
-    if status in _BUSY_STATUSES:
-        return TooManyRequestsError(message, status=status.name)
-    return ManagedLedgerStorageError(message, status=status.name)
+class ManagedLedger:
+    """One managed ledger (a topic partition's log) on the message store port.
 
-
-class ManagedLedger(LedgerReadsMixin, TrimmingMixin):
-    """One managed ledger (a topic partition's log) on ``store``.
-
-    Arguments: ``name`` (the managed ledger / topic name; also the store topic), ``store`` (a
-    ``quasar.storage.message_store.MessageStore`` or ``quasar.testing.fake_store.FakeMessageStore``),
-    ``metadata`` (a ``quasar.storage.metadata.MetadataStore``), ``config``, ``ledger_id_allocator`` (shared by
-    every managed ledger of the metadata store), ``clock_ms`` (wall clock in ms; injectable for tests).
-
-    Construction opens it: loads the ledger table and the durable cursors (synchronous metadata reads, plus
-    one write for a new or repaired table). Raises ``MetadataError`` on unreadable metadata.
-    Use on one event loop; ``add_entry`` needs a running loop.
+    Open it with ``await ManagedLedger.open(...)`` (or through ``ManagedLedgerFactory.open``); the
+    constructor takes what ``open`` loaded and does no I/O. Use on one event loop; ``add_entry`` needs a
+    running loop.
     """
 
     def __init__(
         self,
         name: str,
-        store: Any,
-        metadata: Any,
+        store: MessageStorePort,
         config: ManagedLedgerConfig,
         ledger_id_allocator: LedgerIdAllocator,
         *,
-        clock_ms: Callable[[], int] | None = None,
+        table_store: LedgerTableStore,
+        cursor_store: CursorStore,
+        recovered: RecoveredTable,
+        cursor_snapshots: Mapping[str, CursorSnapshot],
+        clock_ms: Callable[[], int],
     ) -> None:
-        if not name:
-            raise ValueError("a managed ledger needs a non-empty name")
+        """Arguments as :meth:`open`, plus what it loaded: ``table_store`` and ``recovered`` (the ledger
+        table, reconciled with the store), ``cursor_store`` and ``cursor_snapshots`` (durable cursors)."""
         self._name = name
         self._store = store
         self._config = config
         self._allocator = ledger_id_allocator
-        self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        self._clock_ms = clock_ms
         self._state = _State.OPEN
-        self._table_store = LedgerTableStore(metadata, store, name)
-        self._cursor_store = CursorStore(metadata, name)
-        self._cursors: dict[str, ManagedCursor] = {}
-        self._non_durable: weakref.WeakSet[ManagedCursor] = weakref.WeakSet()
-        self._reader_ids = itertools.count()
-        self._listeners: list[Callable[[], None]] = []
-        self._notify_scheduled = False
+        self._table_store = table_store
+        self._listeners = EntriesListeners(name)
         self._inflight: set[asyncio.Future[Any]] = set()
         # rows not yet durable: (first queue offset, persist future)
         self._unpersisted: deque[tuple[int, asyncio.Future[None]]] = deque()
-        self._flushed_end = 0  # one past the highest queue offset whose flush completed
-        self._retention_time_ms = config.retention_time_ms  # -1 = unlimited, 0 = delete once consumed
-        self._retention_size_bytes = config.retention_size_bytes
-        self._trimming = False
-        recovered = self._table_store.recover(self._allocator.allocate, self._clock_ms())
         self._roll_pending = recovered.roll_pending  # a reopened ledger with entries: next add rolls over
+        self._roll_delayed = False  # a rollover found no reserved ledger id (logged once)
         self._current_size = recovered.current_size  # bytes of entry data in the current (last) ledger
         self._table = recovered.table
         self._confirmed_end = self._table.next_offset
-        self._flushed_end = self._table.next_offset
-        for snapshot in self._cursor_store.load_all().values():
-            self._cursors[snapshot.name] = self._restore_cursor(snapshot)
+        self._flushed_end = self._table.next_offset  # one past the highest offset whose flush completed
+        self._reader = LedgerReader(name, store, self._table, self)
+        self._trimmer = LedgerTrimmer(name, store, self._table, table_store, clock_ms, config)
+        self._cursors = LedgerCursors(self, cursor_store, config, cursor_snapshots)
+
+    @classmethod
+    async def open(
+        cls,
+        name: str,
+        store: MessageStorePort,
+        metadata: MetadataStore,
+        config: ManagedLedgerConfig,
+        ledger_id_allocator: LedgerIdAllocator,
+        *,
+        clock_ms: Callable[[], int] | None = None,
+    ) -> ManagedLedger:
+        """Open managed ledger ``name`` (also the store topic), creating it when new: read its ledger table
+        (written back when new or repaired after a crash) and its durable cursors from ``metadata``.
+
+        ``ledger_id_allocator`` is shared by every managed ledger of the metadata store; ``clock_ms`` gives
+        wall-clock ms (injectable for tests). Raises ``ValueError`` for an empty name, ``MetadataError`` when
+        the metadata store fails or holds data that cannot be parsed, ``ManagedLedgerFencedError`` when
+        another owner wrote the ledger table meanwhile.
+        """
+        if not name:
+            raise ValueError("a managed ledger needs a non-empty name")
+        clock = clock_ms or _wall_clock_ms
+        await ledger_id_allocator.start()  # ids for the first rollover (no metadata access once started)
+        table_store = LedgerTableStore(metadata, store, name)
+        recovered = await table_store.recover(ledger_id_allocator.allocate_async, clock())
+        cursor_store = CursorStore(metadata, name)
+        snapshots = await cursor_store.load_all()
+        return cls(
+            name,
+            store,
+            config,
+            ledger_id_allocator,
+            table_store=table_store,
+            cursor_store=cursor_store,
+            recovered=recovered,
+            cursor_snapshots=snapshots,
+            clock_ms=clock,
+        )
 
     # ------------------------------------------------------------------ properties
     @property
@@ -188,12 +195,12 @@ class ManagedLedger(LedgerReadsMixin, TrimmingMixin):
     @property
     def first_position(self) -> Position:
         """Position of the first readable entry; when there is none, of the next entry to be confirmed."""
-        return self._table.position_of(self._first_available_offset())
+        return self._table.position_of(self._reader.first_available_offset())
 
     @property
     def number_of_entries(self) -> int:
         """Readable (confirmed, not removed by store retention) entries."""
-        return max(self._confirmed_end - self._first_available_offset(), 0)
+        return max(self._confirmed_end - self._reader.first_available_offset(), 0)
 
     @property
     def total_size(self) -> int:
@@ -203,11 +210,58 @@ class ManagedLedger(LedgerReadsMixin, TrimmingMixin):
 
     @property
     def cursors(self) -> Mapping[str, ManagedCursor]:
-        """The durable cursors by name (read-only view)."""
-        return self._cursors.copy()
+        """The durable cursors by name (a copy)."""
+        return self._cursors.durable
 
-    def _trim_allowed(self) -> bool:
-        return self._state is _State.OPEN
+    # ------------------------------------------------------------------ read/visibility API (cursors)
+    @property
+    def table(self) -> LedgerTableView:
+        """Read-only view of the ledger table (Position <-> queue offset); it changes as the ledger rolls
+        over and trims, so keep the view, not values read from it."""
+        return self._table
+
+    @property
+    def confirmed_end_offset(self) -> int:
+        """One past the queue offset of the last confirmed entry: reads stop before it."""
+        return self._confirmed_end
+
+    @property
+    def first_available_offset(self) -> int:
+        """Queue offset of the first entry still held (past what trimming and store retention removed)."""
+        return self._reader.first_available_offset()
+
+    def read_from_offset(
+        self, queue_offset: int, max_entries: int, max_bytes: int
+    ) -> tuple[list[Entry], int]:
+        """Up to ``max_entries`` confirmed entries (about ``max_bytes``, at least one) from ``queue_offset``,
+        skipping forward over entries the store removed; returns them and the queue offset to read next.
+        Raises ``ManagedLedgerStorageError`` when the store fails."""
+        return self._reader.read_offsets(queue_offset, max_entries, max_bytes)
+
+    def read_entries(
+        self, start: Position, max_entries: int, max_bytes: int = DEFAULT_READ_MAX_BYTES
+    ) -> list[Entry]:
+        """Up to ``max_entries`` confirmed entries from ``start`` (or the first entry after it when it names
+        none), within about ``max_bytes`` (at least one entry is returned). ``[]`` when none. Raises
+        ``ValueError`` for ``max_entries < 1``, ``ManagedLedgerStorageError``."""
+        return self._reader.read_entries(start, max_entries, max_bytes)
+
+    def get_entry(self, position: Position) -> Entry | None:
+        """The confirmed entry at ``position``, or None when there is none (or the store no longer has it)."""
+        return self._reader.get_entry(position)
+
+    def find_newest_matching(self, condition: Callable[[Entry], bool]) -> Position | None:
+        """The last confirmed entry for which ``condition`` holds, assuming it holds for a prefix of the
+        ledger (binary search; Pulsar ``asyncFindNewestMatching``). None if no entry matches."""
+        return self._reader.find_newest_matching(condition)
+
+    async def persist_cursor(self, snapshot: CursorSnapshot) -> None:
+        """Write a durable cursor's state (``ManagedCursor.flush`` calls it). Raises ``MetadataError``."""
+        await self._cursors.persist(snapshot)
+
+    def forget_cursor(self, cursor: ManagedCursor) -> None:
+        """Unregister ``cursor`` (``ManagedCursor.close`` calls it); a durable cursor's state stays."""
+        self._cursors.forget(cursor)
 
     # ------------------------------------------------------------------ positions
     def next_valid_position(self, position: Position) -> Position:
@@ -222,8 +276,7 @@ class ManagedLedger(LedgerReadsMixin, TrimmingMixin):
         return self._table.position_of(min(offset, self._confirmed_end - 1))
 
     def previous_position(self, position: Position) -> Position:
-        """Position of the last entry before ``position`` (``(first ledger, -1)`` when none), Pulsar
-        ``getPreviousPosition``."""
+        """The last entry before ``position`` (``(first ledger, -1)`` if none; Pulsar ``getPreviousPosition``)."""
         return self._table.previous_position(position)
 
     def is_valid_position(self, position: Position) -> bool:
@@ -241,9 +294,8 @@ class ManagedLedger(LedgerReadsMixin, TrimmingMixin):
         order. Raises ``ManagedLedgerFlushTimeoutError`` (the entry may still appear later),
         ``InvalidEntryError`` (too large / malformed), ``TooManyRequestsError``, ``ManagedLedgerStorageError``
         (other store failures), ``ManagedLedgerFencedError`` (ledger table not durable) and
-        ``ManagedLedgerAlreadyClosedError``, ``MetadataError`` (no ledger id could be reserved for a
-        rollover). On any error ``last_confirmed_entry`` does not cover the entry. Cancelling the caller does
-        not cancel the append. See :meth:`add_entry_future` for the same without a coroutine.
+        ``ManagedLedgerAlreadyClosedError``. On any error ``last_confirmed_entry`` does not cover the entry.
+        Cancelling the caller does not cancel the append. See :meth:`add_entry_future` for the same without a coroutine.
         """
         return await self.add_entry_future(data, properties=properties, tag_hash=tag_hash)
 
@@ -292,7 +344,7 @@ class ManagedLedger(LedgerReadsMixin, TrimmingMixin):
                 return
             status = future.result()
             if status is not PutStatus.PUT_OK:
-                result.set_exception(_put_error(status, self._name))
+                result.set_exception(put_status_error(status, self._name))
             elif row_future is not None and not row_future.done():
                 row_future.add_done_callback(finish)
             else:
@@ -316,7 +368,7 @@ class ManagedLedger(LedgerReadsMixin, TrimmingMixin):
         except QuasarError as exc:
             raise ManagedLedgerStorageError(f"store failed to append to {self._name}: {exc}") from exc
         if result.status is not PutStatus.PUT_OK:
-            raise _put_error(result.status, self._name)
+            raise put_status_error(result.status, self._name)
         table = self._table
         offset = result.queue_offset
         if offset < table.next_offset:
@@ -357,9 +409,16 @@ class ManagedLedger(LedgerReadsMixin, TrimmingMixin):
 
     def _roll(self) -> None:
         """Close the current ledger and start a new one at the next queue offset; its row is written in the
-        background and awaited by the adds that land in it."""
+        background and awaited by the adds that land in it. Without a reserved ledger id (the allocator's
+        refill has not landed yet) the current ledger stays open and a later add rolls over."""
         table = self._table
         ledger_id = self._allocator.allocate()
+        if ledger_id is None:
+            if not self._roll_delayed:
+                self._roll_delayed = True
+                log.warning("%s: no ledger id reserved yet; the rollover waits for a later add", self._name)
+            return
+        self._roll_delayed = False
         closing = table.last
         closing.entries = table.next_offset - closing.first_queue_offset
         closing.size_bytes = self._current_size
@@ -372,12 +431,10 @@ class ManagedLedger(LedgerReadsMixin, TrimmingMixin):
         log.info("%s: rolled over to ledger %d at queue offset %d", self._name, ledger_id, table.next_offset)
 
     async def _persist_table(self, first_offset: int) -> None:
-        previous = [fut for first, fut in self._unpersisted if first < first_offset]
-        if previous:  # one writer at a time, in order: each write covers every row created so far
-            await asyncio.gather(*previous, return_exceptions=True)
+        # the table store's (FIFO) lock runs the writes in call order; each covers every row created so far
         try:
             await self._table_store.write(self._table)
-        except MetadataError as exc:
+        except (MetadataError, ManagedLedgerFencedError) as exc:
             self._fence(str(exc))
             raise
         while self._unpersisted and self._unpersisted[0][0] <= first_offset:
@@ -386,9 +443,7 @@ class ManagedLedger(LedgerReadsMixin, TrimmingMixin):
 
     def _on_flushed(self, offset: int, future: asyncio.Future[Any]) -> None:
         self._inflight.discard(future)
-        if future.cancelled() or future.exception() is not None:
-            return
-        if future.result() is not PutStatus.PUT_OK:
+        if future.cancelled() or future.exception() is not None or future.result() is not PutStatus.PUT_OK:
             return
         if offset + 1 > self._flushed_end:
             self._flushed_end = offset + 1
@@ -400,27 +455,16 @@ class ManagedLedger(LedgerReadsMixin, TrimmingMixin):
             limit = min(limit, self._unpersisted[0][0])
         if limit > self._confirmed_end:
             self._confirmed_end = limit
-            if self._listeners and not self._notify_scheduled:
-                self._notify_scheduled = True
-                asyncio.get_running_loop().call_soon(self._notify_listeners)
-
-    def _notify_listeners(self) -> None:
-        self._notify_scheduled = False
-        for callback in list(self._listeners):
-            try:
-                callback()
-            except Exception:
-                log.exception("%s: entries listener %r failed", self._name, callback)
+            self._listeners.notify()
 
     def add_entries_listener(self, callback: Callable[[], None]) -> None:
         """Call ``callback()`` on the event loop when ``last_confirmed_entry`` advances (coalesced: at most
         once per loop iteration, so once per flush round). Exceptions are logged, not raised."""
-        self._listeners.append(callback)
+        self._listeners.add(callback)
 
     def remove_entries_listener(self, callback: Callable[[], None]) -> None:
         """Stop calling ``callback`` (no error if it was not registered)."""
-        if callback in self._listeners:
-            self._listeners.remove(callback)
+        self._listeners.remove(callback)
 
     def _track(self, future: asyncio.Future[Any]) -> None:
         self._inflight.add(future)
@@ -437,132 +481,103 @@ class ManagedLedger(LedgerReadsMixin, TrimmingMixin):
             self._state = _State.FENCED
 
     def _check_writable(self) -> None:
-        if self._state is _State.CLOSED:
-            raise ManagedLedgerAlreadyClosedError(f"managed ledger {self._name} is closed")
+        self._check_not_closed()
         if self._state is _State.FENCED:
             raise ManagedLedgerFencedError(f"managed ledger {self._name} is fenced; close and reopen it")
 
     # ------------------------------------------------------------------ cursors
-    def open_cursor(
+    async def open_cursor(
         self,
         name: str,
         initial_position: Literal["earliest", "latest"] | InitialPosition = InitialPosition.LATEST,
     ) -> ManagedCursor:
         """The durable cursor ``name``: an existing one resumes from its persisted state; a new one starts at
         the end (``latest``: mark-delete = last confirmed entry) or before the first entry (``earliest``), and
-        its state is written at once (one small metadata write) so the subscription survives a crash.
-        Raises ``ManagedLedgerAlreadyClosedError``, ``MetadataError``, ``ValueError`` for a bad position."""
-        if self._state is _State.CLOSED:
-            raise ManagedLedgerAlreadyClosedError(f"managed ledger {self._name} is closed")
+        its state is written (awaited, one small metadata write) before it is returned, so the subscription
+        survives a crash. Concurrent opens of one name share one open (Pulsar ``asyncOpenCursor``).
+        Raises ``ManagedLedgerAlreadyClosedError``, ``MetadataError``, ``ValueError`` for an empty name or a
+        bad position."""
+        self._check_not_closed()
         if not name:
             raise ValueError("a durable cursor needs a non-empty name")
-        cursor = self._cursors.get(name)
-        if cursor is not None:
-            return cursor
-        initial = InitialPosition(initial_position)
-        snapshot = self._cursor_store.load(name)  # a cursor closed earlier keeps its persisted state
-        if snapshot is not None:
-            cursor = self._restore_cursor(snapshot)
-            self._cursors[name] = cursor
-            return cursor
-        if initial is InitialPosition.LATEST:
-            mark_delete = self.last_confirmed_entry
-        else:
-            mark_delete = self._table.position_of(self._first_available_offset() - 1)
-        cursor = self._make_cursor(name, AckState(mark_delete), durable=True)
-        cursor._persist_now()
-        self._cursors[name] = cursor
-        return cursor
+        return await self._cursors.open(name, InitialPosition(initial_position))
 
     def new_non_durable_cursor(
         self, start: Position | None = None, *, inclusive: bool = True
     ) -> ManagedCursor:
         """A cursor that persists nothing (readers, Pulsar ``NonDurableCursorImpl``). Its first read is
-        ``start`` (``inclusive``) or the entry after it; ``None`` starts after the last confirmed entry."""
-        if self._state is _State.CLOSED:
-            raise ManagedLedgerAlreadyClosedError(f"managed ledger {self._name} is closed")
-        table = self._table
-        if start is None:
-            read_offset = self._confirmed_end
-        elif inclusive:
-            read_offset = table.ceil_offset(start)
-        else:
-            read_offset = table.offset_after(start)
-        mark_delete = table.position_of(max(read_offset, table.first_offset) - 1)
-        name = f"reader-{next(self._reader_ids)}"
-        cursor = ManagedCursor(
-            self, name, AckState(mark_delete), read_offset, store=None, max_ranges_to_persist=0
-        )
-        self._non_durable.add(cursor)
-        return cursor
-
-    def _restore_cursor(self, snapshot: CursorSnapshot) -> ManagedCursor:
-        state = AckState(snapshot.mark_delete_position, snapshot.range_set(), snapshot.batch_deleted_map())
-        cursor = self._make_cursor(snapshot.name, state, durable=True)
-        cursor._properties = dict(snapshot.properties)
-        cursor._mark_persisted()
-        return cursor
-
-    def _make_cursor(self, name: str, state: AckState, *, durable: bool) -> ManagedCursor:
-        return ManagedCursor(
-            self,
-            name,
-            state,
-            self._table.offset_after(state.mark_delete_position),
-            store=self._cursor_store if durable else None,
-            max_ranges_to_persist=self._config.max_unacked_ranges_to_persist,
-            max_batch_entries_to_persist=self._config.max_batch_deleted_index_to_persist,
-        )
+        ``start`` (``inclusive``) or the entry after it; ``None`` starts after the last confirmed entry.
+        Raises ``ManagedLedgerAlreadyClosedError``."""
+        self._check_not_closed()
+        return self._cursors.new_non_durable(start, inclusive=inclusive)
 
     async def delete_cursor(self, name: str) -> None:
-        """Close durable cursor ``name`` and remove its persisted state. Raises ``CursorNotFoundError``."""
-        cursor = self._cursors.pop(name, None)
-        if cursor is None:
-            raise CursorNotFoundError(f"no cursor {name!r} on {self._name}")
-        cursor._mark_closed()
-        await self._cursor_store.delete(name)
-
-    def _forget_cursor(self, cursor: ManagedCursor) -> None:
-        if self._cursors.get(cursor.name) is cursor:
-            del self._cursors[cursor.name]
-        self._non_durable.discard(cursor)
+        """Close durable cursor ``name`` and remove its persisted state (Pulsar ``asyncDeleteCursor``).
+        Raises ``CursorNotFoundError``, ``MetadataError``."""
+        await self._cursors.delete(name)
 
     async def flush_cursors(self) -> None:
         """Persist every durable cursor whose state changed. Errors are logged; the cursor stays dirty."""
-        for cursor in list(self._cursors.values()):
-            if cursor.is_dirty and not cursor.is_closed:
-                try:
-                    await cursor.flush()
-                except MetadataError:
-                    log.exception("%s: cannot persist cursor %s", self._name, cursor.name)
+        await self._cursors.flush_all()
+
+    def _check_not_closed(self) -> None:
+        if self._state is _State.CLOSED:
+            raise ManagedLedgerAlreadyClosedError(f"managed ledger {self._name} is closed")
+
+    # ------------------------------------------------------------------ retention and trimming
+    def set_retention(self, retention_time_ms: int, retention_size_bytes: int) -> None:
+        """Retention of consumed ledgers (Pulsar retention policy): keep a consumed ledger while it closed less
+        than ``retention_time_ms`` ago and while the ledgers left would not exceed ``retention_size_bytes``; -1
+        = unlimited, 0 = none. Raises ``ValueError`` below -1."""
+        self._trimmer.set_retention(retention_time_ms, retention_size_bytes)
+
+    @property
+    def retention(self) -> tuple[int, int]:
+        """(retention_time_ms, retention_size_bytes)."""
+        return self._trimmer.retention
+
+    def trim_bound(self) -> int:
+        """Queue offset of the first entry some durable cursor still needs (the slowest mark-delete + 1), or
+        the confirmed end when there is no durable cursor (Pulsar ``getSlowestReaderPosition``)."""
+        return self._cursors.slowest_read_bound(self._confirmed_end)
+
+    async def trim_ledgers(self, bound: int | None = None) -> list[int]:
+        """Delete the oldest ledgers wholly below queue offset ``bound`` that retention no longer keeps
+        (``LedgerTrimmer.trim``; the current ledger never goes). ``bound`` defaults to :meth:`trim_bound`; pass
+        one taken *before* the cursors were persisted so a crash never restores a cursor into a deleted
+        ledger. Returns the deleted ledger ids (``[]`` unless open). Raises ``MetadataError``,
+        ``ManagedLedgerStorageError``, ``ManagedLedgerFencedError`` (another owner wrote the table: the ledger
+        is fenced)."""
+        if self._state is not _State.OPEN:
+            return []
+        if bound is None:
+            bound = self.trim_bound()
+        try:
+            return await self._trimmer.trim(bound, self.total_size)
+        except ManagedLedgerFencedError as exc:
+            self._fence(str(exc))
+            raise
 
     # ------------------------------------------------------------------ close
     async def close(self) -> None:
         """Wait for in-flight adds, persist every durable cursor and the closing ledger's size, then refuse
-        further use (``ManagedLedgerAlreadyClosedError``). Idempotent. Raises ``MetadataError`` when the
-        final writes fail (the ledger is closed anyway)."""
+        further use (``ManagedLedgerAlreadyClosedError``). A fenced ledger does not write its table. Idempotent.
+        Raises ``MetadataError`` (or ``ManagedLedgerFencedError``) when the final writes fail (the ledger is
+        closed anyway)."""
         if self._state is _State.CLOSED:
             return
         was_open = self._state is _State.OPEN
         self._state = _State.CLOSED
         if self._inflight:
             await asyncio.gather(*list(self._inflight), return_exceptions=True)
-        errors: list[BaseException] = []
-        for cursor in list(self._cursors.values()):
-            try:
-                await cursor.flush()
-            except MetadataError as exc:
-                errors.append(exc)
-            cursor._mark_closed()
-        for cursor in list(self._non_durable):
-            cursor._mark_closed()
+        errors: list[ManagedLedgerError] = list(await self._cursors.close_all())
         if was_open:
             last = self._table.last
             last.entries = self._table.next_offset - last.first_queue_offset
             last.size_bytes = self._current_size
             try:
                 await self._table_store.write(self._table)
-            except MetadataError as exc:
+            except (MetadataError, ManagedLedgerFencedError) as exc:
                 errors.append(exc)
         self._listeners.clear()
         if errors:
@@ -578,3 +593,7 @@ class ManagedLedger(LedgerReadsMixin, TrimmingMixin):
             f"ManagedLedger({self._name!r}, state={self._state.value}, ledgers={len(self._table)}, "
             f"last_confirmed={self.last_confirmed_entry})"
         )
+
+
+def _wall_clock_ms() -> int:
+    return int(time.time() * 1000)

@@ -1,69 +1,89 @@
-"""Read path of ManagedLedger (a mixin): entries by position or queue offset, straight from the store's
-consume queue and commit log (Pulsar ``ManagedLedgerImpl.asyncReadEntries`` / ``asyncFindNewestMatching``).
+"""LedgerReader: the read path of a managed ledger, straight from the store's consume queue and commit log
+(Pulsar ``ManagedLedgerImpl.asyncReadEntries`` / ``asyncFindNewestMatching``).
 
-Only confirmed entries are returned (``_confirmed_end``); entries the store no longer has (retention) are
-skipped forward, never backwards. The entry data are memoryviews into the store (no copy).
+Only confirmed entries are returned (below :attr:`ReadBounds.confirmed_end_offset`); entries the store no
+longer has (retention, RocketMQ ``OFFSET_TOO_SMALL`` and friends) are skipped forward, never backwards. Entry
+data are memoryviews into the store (no copy). The reader owns no state: it is given the store port, the
+ledger's (read-only) table and the ledger's confirmed end.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Protocol
 
 from quasar.errors import QuasarError
-from quasar.ledger.entry import Entry
+from quasar.ledger.entry import DEFAULT_READ_MAX_BYTES, Entry
 from quasar.ledger.errors import ManagedLedgerStorageError
-from quasar.ledger.ledger_table_store import QUEUE_ID
-from quasar.ledger.managed_cursor import DEFAULT_READ_MAX_BYTES
+from quasar.ledger.ledger_table import LedgerTableView
+from quasar.ledger.paths import QUEUE_ID
 from quasar.ledger.position import Position
+from quasar.storage.port import MessageStorePort
 from quasar.storage.status import GetStatus
 
-if TYPE_CHECKING:
-    from quasar.ledger.ledger_table import LedgerTable
-
-__all__ = ["LedgerReadsMixin"]
+__all__ = ["LedgerReader", "ReadBounds"]
 
 _SKIP_STATUSES = frozenset(
     {GetStatus.OFFSET_TOO_SMALL, GetStatus.MESSAGE_WAS_REMOVING, GetStatus.OFFSET_FOUND_NULL}
 )
 
 
-class LedgerReadsMixin:
-    """Reads of ``ManagedLedger`` (which provides the attributes below)."""
+class ReadBounds(Protocol):
+    """What bounds a read: the managed ledger's confirmed end."""
 
-    _name: str
-    _store: Any
-    _table: LedgerTable
-    _confirmed_end: int
+    @property
+    def confirmed_end_offset(self) -> int:
+        """One past the queue offset of the last confirmed entry."""
+        ...
 
-    def _first_available_offset(self) -> int:
+
+class LedgerReader:
+    """Reads of managed ledger ``name`` (store queue ``(name, 0)``) from ``store``, mapped to positions
+    through ``table``, never past ``bounds.confirmed_end_offset``. Errors of the store become
+    ``ManagedLedgerStorageError``."""
+
+    __slots__ = ("_bounds", "_name", "_store", "_table")
+
+    def __init__(
+        self, name: str, store: MessageStorePort, table: LedgerTableView, bounds: ReadBounds
+    ) -> None:
+        self._name = name
+        self._store = store
+        self._table = table
+        self._bounds = bounds
+
+    def first_available_offset(self) -> int:
+        """Queue offset of the first entry still held: the first ledger's start, or later where the store's
+        retention already removed the queue's head."""
         return max(self._table.first_offset, self._store.min_queue_offset(self._name, QUEUE_ID))
 
     def read_entries(
         self, start: Position, max_entries: int, max_bytes: int = DEFAULT_READ_MAX_BYTES
     ) -> list[Entry]:
         """Up to ``max_entries`` confirmed entries from ``start`` (or the first entry after it when it names
-        none), within about ``max_bytes`` (at least one entry is returned). ``[]`` when none."""
+        none), within about ``max_bytes`` (at least one entry is returned). ``[]`` when none. Raises
+        ``ValueError`` for ``max_entries < 1``."""
         if max_entries < 1:
             raise ValueError(f"max_entries must be >= 1, got {max_entries}")
-        entries, _ = self._read_offsets(self._table.ceil_offset(start), max_entries, max_bytes)
+        entries, _ = self.read_offsets(self._table.ceil_offset(start), max_entries, max_bytes)
         return entries
 
     def get_entry(self, position: Position) -> Entry | None:
         """The confirmed entry at ``position``, or None when there is none (or the store no longer has it)."""
         offset = self._table.offset_of(position)
-        if offset is None or offset >= self._confirmed_end:
+        if offset is None or offset >= self._bounds.confirmed_end_offset:
             return None
-        entries, _ = self._read_offsets(offset, 1, DEFAULT_READ_MAX_BYTES)
+        entries, _ = self.read_offsets(offset, 1, DEFAULT_READ_MAX_BYTES)
         return entries[0] if entries and entries[0].queue_offset == offset else None
 
-    def _read_offsets(self, offset: int, max_count: int, max_bytes: int) -> tuple[list[Entry], int]:
-        """Confirmed entries from queue ``offset``; returns them and the queue offset after the last one (or
-        where reading would resume when there are none: past entries removed by store retention)."""
-        end = self._confirmed_end
+    def read_offsets(self, offset: int, max_count: int, max_bytes: int) -> tuple[list[Entry], int]:
+        """Confirmed entries from queue ``offset`` (at most ``max_count``, about ``max_bytes``); returns them
+        and the queue offset after the last one (or, when there are none, where reading would resume: past
+        entries removed by store retention)."""
+        end = self._bounds.confirmed_end_offset
         if offset >= end:
             return [], offset
-        first = self._first_available_offset()
+        first = self.first_available_offset()
         if offset < first:
             offset = first
             if offset >= end:
@@ -88,20 +108,14 @@ class LedgerReadsMixin:
                 return [], end
             return [], offset
         table = self._table
-        index = table.index_of_offset(messages[0].queue_offset)
-        ledger_id = table.rows[index].ledger_id
-        ledger_first = table.rows[index].first_queue_offset
-        ledger_end = table.ledger_end(index)
+        ledger_id, ledger_first, ledger_end = table.ledger_at(table.index_of_offset(messages[0].queue_offset))
         entries = []
         for message in messages:
             queue_offset = message.queue_offset
             if queue_offset >= end:
                 break
             if queue_offset >= ledger_end:
-                index = table.index_of_offset(queue_offset)
-                ledger_id = table.rows[index].ledger_id
-                ledger_first = table.rows[index].first_queue_offset
-                ledger_end = table.ledger_end(index)
+                ledger_id, ledger_first, ledger_end = table.ledger_at(table.index_of_offset(queue_offset))
             entries.append(
                 Entry(
                     Position(ledger_id, queue_offset - ledger_first),
@@ -117,11 +131,11 @@ class LedgerReadsMixin:
         """The last confirmed entry for which ``condition`` holds, assuming it holds for a prefix of the
         ledger (binary search, one read per probe; Pulsar ``asyncFindNewestMatching``). None if no entry
         matches. Seek-by-publish-time passes ``lambda e: publish_time(e) < t``."""
-        low, high = self._first_available_offset(), self._confirmed_end - 1
+        low, high = self.first_available_offset(), self._bounds.confirmed_end_offset - 1
         found = None
         while low <= high:
             middle = (low + high) // 2
-            entries, _ = self._read_offsets(middle, 1, 1)
+            entries, _ = self.read_offsets(middle, 1, 1)
             if not entries:
                 break
             if condition(entries[0]):

@@ -1,57 +1,69 @@
-"""Retention and trimming of ManagedLedger (a mixin; Pulsar ``ManagedLedgerImpl.internalTrimLedgers``,
+"""LedgerTrimmer: retention and trimming of one managed ledger (Pulsar ``ManagedLedgerImpl.internalTrimLedgers``,
 semantics.md B1 "Retention and trimming").
 
-A ledger is deleted once every durable cursor has passed it and the retention policy no longer keeps it: it
-closed more than the retention time ago, or the ledgers after it exceed the retention size (``expired ||
-overRetentionQuota`` in Pulsar; -1 = unlimited, 0 = none). The current ledger is never deleted. Deleting
-means: drop the rows from the ledger table, write it, then tell the store which consume-queue units are no
-longer needed (``MessageStore.set_queue_min_offset``); the store reclaims commit-log segments no queue needs.
+A ledger is deleted once every durable cursor has passed it (the caller's ``bound``) and the retention policy
+no longer keeps it: it closed more than the retention time ago, or the ledgers after it exceed the retention
+size (``expired || overRetentionQuota`` in Pulsar; -1 = unlimited, 0 = none). The current ledger is never
+deleted. Deleting means: drop the rows from the ledger table, write it (compare-and-set, through
+``LedgerTableStore``), then tell the store which consume-queue units are no longer needed
+(``MessageStorePort.set_queue_min_offset``); the store reclaims commit-log segments no queue needs.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
 
 from quasar.errors import QuasarError
+from quasar.ledger.config import ManagedLedgerConfig
 from quasar.ledger.errors import ManagedLedgerStorageError
-from quasar.ledger.ledger_table_store import QUEUE_ID
+from quasar.ledger.ledger_table import LedgerTable
+from quasar.ledger.ledger_table_store import LedgerTableStore
+from quasar.ledger.paths import QUEUE_ID
+from quasar.storage.port import MessageStorePort
 
-if TYPE_CHECKING:
-    from quasar.ledger.ledger_table import LedgerTable
-    from quasar.ledger.ledger_table_store import LedgerTableStore
-    from quasar.ledger.managed_cursor import ManagedCursor
-
-__all__ = ["TrimmingMixin"]
+__all__ = ["LedgerTrimmer"]
 
 log = logging.getLogger(__name__)
 
 
-class TrimmingMixin:
-    """Retention and trimming of ``ManagedLedger`` (which provides the attributes below)."""
+class LedgerTrimmer:
+    """Retention settings and trimming of managed ledger ``name``: ``table`` is the ledger's own (mutable)
+    ledger table, written through ``table_store``; ``clock_ms`` gives wall-clock ms; the initial retention
+    comes from ``config`` (``retention_time_ms`` / ``retention_size_bytes``)."""
 
-    _name: str
-    _store: Any
-    _table: LedgerTable
-    _table_store: LedgerTableStore
-    _cursors: dict[str, ManagedCursor]
-    _confirmed_end: int
-    _clock_ms: Callable[[], int]
-    _retention_time_ms: int
-    _retention_size_bytes: int
-    _trimming: bool
+    __slots__ = (
+        "_clock_ms",
+        "_name",
+        "_retention_size_bytes",
+        "_retention_time_ms",
+        "_store",
+        "_table",
+        "_table_store",
+        "_trimming",
+    )
 
-    total_size: int  # ManagedLedger.total_size
-
-    def _trim_allowed(self) -> bool:
-        """Whether the ledger is open (ManagedLedger overrides this)."""
-        return False
+    def __init__(
+        self,
+        name: str,
+        store: MessageStorePort,
+        table: LedgerTable,
+        table_store: LedgerTableStore,
+        clock_ms: Callable[[], int],
+        config: ManagedLedgerConfig,
+    ) -> None:
+        self._name = name
+        self._store = store
+        self._table = table
+        self._table_store = table_store
+        self._clock_ms = clock_ms
+        self._retention_time_ms = config.retention_time_ms  # validated by the config
+        self._retention_size_bytes = config.retention_size_bytes
+        self._trimming = False
 
     def set_retention(self, retention_time_ms: int, retention_size_bytes: int) -> None:
-        """Retention of consumed ledgers (Pulsar retention policy): keep a consumed ledger while it closed less
-        than ``retention_time_ms`` ago and while the ledgers left would not exceed ``retention_size_bytes``; -1
-        = unlimited, 0 = none. Raises ``ValueError`` below -1."""
+        """Keep a consumed ledger while it closed less than ``retention_time_ms`` ago and while the ledgers
+        left would not exceed ``retention_size_bytes``; -1 = unlimited, 0 = none. ``ValueError`` below -1."""
         if retention_time_ms < -1 or retention_size_bytes < -1:
             raise ValueError("retention time and size must be >= -1")
         self._retention_time_ms = retention_time_ms
@@ -62,33 +74,13 @@ class TrimmingMixin:
         """(retention_time_ms, retention_size_bytes)."""
         return self._retention_time_ms, self._retention_size_bytes
 
-    def trim_bound(self) -> int:
-        """Queue offset of the first entry some durable cursor still needs (the slowest mark-delete + 1), or
-        the confirmed end when there is no durable cursor (Pulsar ``getSlowestReaderPosition``)."""
-        bound = self._confirmed_end
-        table = self._table
-        for cursor in self._cursors.values():
-            bound = min(bound, table.offset_after(cursor.mark_delete_position))
-        return bound
-
-    async def trim_ledgers(self, bound: int | None = None) -> list[int]:
-        """Delete the oldest ledgers that lie wholly below ``bound`` (default ``trim_bound()``; pass a bound
-        taken *before* the cursors were persisted so a crash never restores a cursor into a deleted ledger)
-        and that retention no longer keeps: a ledger goes when it closed more than the retention time ago or
-        the ledgers after it exceed the retention size (Pulsar ``internalTrimLedgers``: ``expired ||
-        overRetentionQuota``). The current ledger is never deleted. Writes the ledger table, then tells the
-        store (``set_queue_min_offset``) that the consume-queue units below the new first entry are no longer
-        needed. Returns the deleted ledger ids. Raises ``MetadataError``, ``ManagedLedgerStorageError`` when
-        the store lacks ``set_queue_min_offset``."""
-        if not self._trim_allowed() or self._trimming:
-            return []
-        if bound is None:
-            bound = self.trim_bound()
+    def trimmable_count(self, bound: int, total_size: int) -> tuple[int, int]:
+        """How many of the oldest ledgers may go (wholly below queue offset ``bound``, retention no longer
+        keeps them) and their bytes; ``total_size`` is the bytes of every ledger now."""
         table = self._table
         now = self._clock_ms()
         time_ms, size_bytes = self._retention_time_ms, self._retention_size_bytes
-        total = self.total_size
-        rows = table.rows
+        rows = list(table)
         count = 0
         removed_size = 0
         for index in range(len(rows) - 1):
@@ -96,25 +88,30 @@ class TrimmingMixin:
                 break
             closed_ms = rows[index + 1].created_ms
             expired = time_ms >= 0 and now - closed_ms > time_ms
-            over_quota = size_bytes >= 0 and total - removed_size > size_bytes
+            over_quota = size_bytes >= 0 and total_size - removed_size > size_bytes
             if not (expired or over_quota):
                 break
             count += 1
             removed_size += rows[index].size_bytes or 0
+        return count, removed_size
+
+    async def trim(self, bound: int, total_size: int) -> list[int]:
+        """Delete the ledgers :meth:`trimmable_count` allows, write the table, then tell the store the new
+        first queue offset. Returns the deleted ledger ids (``[]`` when none, or while another trim runs).
+        Raises ``MetadataError`` (the table write failed: the rows are gone from memory but still stored, so
+        a reopen keeps them), ``ManagedLedgerStorageError`` (the store refused ``set_queue_min_offset``)."""
+        if self._trimming:
+            return []
+        count, _ = self.trimmable_count(bound, total_size)
         if count == 0:
             return []
-        set_min = getattr(self._store, "set_queue_min_offset", None)
-        if set_min is None:
-            raise ManagedLedgerStorageError(
-                f"{self._name}: the store has no set_queue_min_offset(topic, queue_id, queue_offset); "
-                "ledgers cannot be trimmed"
-            )
+        table = self._table
         self._trimming = True
         try:
             dropped = table.drop_first(count)
             await self._table_store.write(table)
             try:
-                set_min(self._name, QUEUE_ID, table.first_offset)
+                self._store.set_queue_min_offset(self._name, QUEUE_ID, table.first_offset)
             except QuasarError as exc:
                 raise ManagedLedgerStorageError(f"store refused the trim of {self._name}: {exc}") from exc
         finally:

@@ -8,6 +8,7 @@ tests) pick a backend.
 from quasar.metadata.errors import (
     AlreadyExistsError,
     BadVersionError,
+    InvalidArgumentError,
     InvalidPathError,
     MetadataStoreClosedError,
     MetadataStoreError,
@@ -34,6 +35,7 @@ __all__ = [
     "BadVersionError",
     "Delete",
     "GetResult",
+    "InvalidArgumentError",
     "InvalidPathError",
     "MetadataStore",
     "MetadataStoreClosedError",

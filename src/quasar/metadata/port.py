@@ -15,7 +15,14 @@ nothing. :meth:`MetadataStore.multi` applies several puts and deletes in ONE tra
 Ephemeral paths (``put(..., ephemeral=True)``) belong to the store's session and disappear when it ends
 (etcd: the lease expires; sqlite: the process stops, so they are gone at the next open; memory: at close).
 Listeners get a :class:`Notification` for every change made through this store (and, for a shared backend,
-by other stores), after it is durable, on the event loop.
+by other stores), after it is durable, on the event loop: CREATED for a new path and CHILDREN_CHANGED for its
+parent, MODIFIED for a put on an existing path, DELETED and CHILDREN_CHANGED for the parent for each removed
+path (as Pulsar's etcd backend; ancestors further up that only gained or lost an intermediate level are not
+notified). A failed call notifies nothing.
+
+Backends: :mod:`quasar.metadata.memory` (tests; sessions over shared in-memory data) and
+:mod:`quasar.metadata.sqlite` (the embedded default; one writer thread, group commit). Their shared rules live
+once in :mod:`quasar.metadata._engine`.
 """
 
 from __future__ import annotations

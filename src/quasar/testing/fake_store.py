@@ -1,9 +1,11 @@
 """In-memory stand-ins for ``MessageStore`` and ``MetadataStore``, with fault injection, for ledger tests.
 
-``FakeMessageStore`` implements the store facade the managed ledger uses (``put``, ``wait_flushed``,
-``put_and_wait``, ``get``, ``max_queue_offset``, ``min_queue_offset``, ``queues``) with the real store's
-status enums (``quasar.storage.status``). Faults, after Pulsar's ``PulsarMockBookKeeper`` (``failNow``,
-``failAfter``, ``delay``):
+``FakeMessageStore`` satisfies :class:`~quasar.storage.port.MessageStorePort`, the port the managed ledger
+uses (``put``, ``wait_flushed``, ``get``, ``query``, ``min_queue_offset``, ``max_queue_offset``,
+``set_queue_min_offset``; also ``put_and_wait`` and ``queues``), with the real store's result types and
+statuses (``quasar.storage.results``, ``quasar.storage.status``) and its property encoding (an illegal property
+is MESSAGE_ILLEGAL, a non-zero tag hash is the ``TAG_HASH`` property). Faults, after Pulsar's
+``PulsarMockBookKeeper`` (``failNow``, ``failAfter``, ``delay``):
 
 - ``fail_now(status)``: the next put fails with ``status``. ``FLUSH_DISK_TIMEOUT`` and ``UNKNOWN_ERROR`` are
   flush failures (the entry is written, its ``wait_flushed`` returns the status); the others refuse the put
@@ -14,23 +16,28 @@ status enums (``quasar.storage.status``). Faults, after Pulsar's ``PulsarMockBoo
 - ``crash()``: forget every entry whose flush did not complete (a machine crash with SYNC flush).
 - ``remove_before(topic, queue_id, offset)``: retention clean-up of a queue's head.
 
-``FakeMetadataStore`` is a dict of JSON values with the sync and async API of
-``quasar.storage.metadata.MetadataStore``; ``fail_writes(n)`` makes the next ``n`` writes raise
-``FakeStoreError``.
+``FakeMetadataStore`` is the in-memory metadata backend (``quasar.metadata.memory.MemoryMetadataStore``, the
+full async port) plus ``fail_writes(n)``: the next ``n`` writes raise ``FakeStoreError`` (a
+``MetadataStoreError``), and ``keys(prefix)``: the stored paths, for assertions.
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
-import json
 import time
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from quasar.errors import QuasarError
+from quasar.metadata.errors import MetadataStoreError
+from quasar.metadata.memory import MemoryMetadataStore
+from quasar.storage.errors import InvalidMessageError
+from quasar.storage.record import PROPERTY_KEYS, PROPERTY_UNIQ_KEY, encode_properties
+from quasar.storage.results import GetResult, PutResult, StoredMessage
 from quasar.storage.status import GetStatus, PutStatus
+
+if TYPE_CHECKING:
+    from quasar.storage.port import MessageStorePort
 
 __all__ = [
     "FakeMessageStore",
@@ -48,42 +55,8 @@ RECORD_OVERHEAD_BYTES = 91
 """Bytes a fake commit log record adds to the body (roughly RocketMQ's fixed record prefix)."""
 
 
-class FakeStoreError(QuasarError):
+class FakeStoreError(MetadataStoreError):
     """An injected failure of the fake metadata store."""
-
-
-@dataclass(frozen=True, slots=True)
-class PutResult:
-    """Same fields as the real store's PutResult; offsets are -1 when nothing was written."""
-
-    status: PutStatus
-    commit_log_offset: int
-    queue_offset: int
-    wrote_bytes: int
-    store_timestamp: int
-
-
-@dataclass(frozen=True, slots=True)
-class StoredMessage:
-    """Same fields as the real store's StoredMessage; ``body`` is a view of the fake's copy."""
-
-    queue_offset: int
-    commit_log_offset: int
-    size: int
-    store_timestamp: int
-    body: memoryview
-    properties: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class GetResult:
-    """Same fields as the real store's GetResult."""
-
-    status: GetStatus
-    messages: list[StoredMessage]
-    next_begin_offset: int
-    min_offset: int
-    max_offset: int
 
 
 @dataclass(slots=True)
@@ -178,7 +151,7 @@ class FakeMessageStore:
         self,
         topic: str,
         queue_id: int,
-        body: bytes | memoryview,
+        body: bytes | bytearray | memoryview,
         *,
         properties: Mapping[str, str] | None = None,
         tag_hash: int = 0,
@@ -198,12 +171,23 @@ class FakeMessageStore:
             return PutResult(injected, -1, -1, 0, now)
         if len(body) > self.max_message_size:
             return PutResult(PutStatus.MESSAGE_ILLEGAL, -1, -1, 0, now)
+        try:
+            encoded = encode_properties(properties, tag_hash)
+        except InvalidMessageError:
+            return PutResult(PutStatus.MESSAGE_ILLEGAL, -1, -1, 0, now)
         queue = self._queues.setdefault((topic, queue_id), _Queue())
         data = bytes(body)
-        wrote = len(data) + RECORD_OVERHEAD_BYTES
+        wrote = len(data) + len(encoded) + RECORD_OVERHEAD_BYTES
         commit_log_offset = self._commit_log_offset
         message = StoredMessage(
-            queue.max_offset, commit_log_offset, wrote, now, memoryview(data), dict(properties or {})
+            queue.max_offset,
+            commit_log_offset,
+            wrote,
+            now,
+            memoryview(data),
+            born_timestamp=now if born_timestamp_ms is None else born_timestamp_ms,
+            queue_id=queue_id,
+            properties_raw=memoryview(encoded),
         )
         queue.messages.append(message)
         self._commit_log_offset += wrote
@@ -238,18 +222,25 @@ class FakeMessageStore:
         self,
         topic: str,
         queue_id: int,
-        body: bytes | memoryview,
+        body: bytes | bytearray | memoryview,
         *,
         properties: Mapping[str, str] | None = None,
         tag_hash: int = 0,
         born_timestamp_ms: int | None = None,
     ) -> PutResult:
         """``put`` then ``wait_flushed``; the result carries the flush status."""
-        result = self.put(topic, queue_id, body, properties=properties, tag_hash=tag_hash)
+        result = self.put(
+            topic,
+            queue_id,
+            body,
+            properties=properties,
+            tag_hash=tag_hash,
+            born_timestamp_ms=born_timestamp_ms,
+        )
         if result.status is not PutStatus.PUT_OK:
             return result
         status = await self.wait_flushed(result.commit_log_offset + result.wrote_bytes)
-        return replace(result, status=status)
+        return result._replace(status=status)
 
     def get(
         self, topic: str, queue_id: int, queue_offset: int, max_count: int, max_bytes: int = 4 * 1024 * 1024
@@ -279,6 +270,25 @@ class FakeMessageStore:
             return GetResult(GetStatus.NO_MATCHED_MESSAGE, [], queue_offset, low, high)
         return GetResult(GetStatus.FOUND, out, out[-1].queue_offset + 1, low, high)
 
+    def query(
+        self, topic: str, key: str, begin_ms: int = 0, end_ms: int = 2**63 - 1, max_num: int = 32
+    ) -> list[StoredMessage]:
+        """Messages of ``topic`` whose ``KEYS`` words or ``UNIQ_KEY`` property is ``key``, stored in
+        ``[begin_ms, end_ms]`` (ms), the newest ``max_num`` (capped at 64) oldest first, as the real store's
+        index answers (without its indexing lag and without a ``key_extractor``). Raises ValueError for
+        ``max_num < 1``."""
+        if max_num < 1:
+            raise ValueError(f"max_num must be >= 1: {max_num}")
+        found = [
+            message
+            for (queue_topic, _), queue in self._queues.items()
+            if queue_topic == topic
+            for message in queue.messages
+            if begin_ms <= message.store_timestamp <= end_ms and key in _keys_of(message)
+        ]
+        found.sort(key=lambda message: message.commit_log_offset)
+        return found[-min(max_num, 64) :]
+
     def max_queue_offset(self, topic: str, queue_id: int) -> int:
         """The next queue offset to be written (0 for an unknown queue)."""
         queue = self._queues.get((topic, queue_id))
@@ -293,76 +303,28 @@ class FakeMessageStore:
         return sorted(self._queues)
 
 
-class FakeMetadataStore:
-    """An in-memory transactional KV store of JSON values (values are deep-copied in and out)."""
+def _keys_of(message: StoredMessage) -> set[str]:
+    """The keys the real store indexes a record under: its ``KEYS`` words and its ``UNIQ_KEY``."""
+    properties = message.properties
+    keys = set(properties.get(PROPERTY_KEYS, "").split())
+    if properties.get(PROPERTY_UNIQ_KEY):
+        keys.add(properties[PROPERTY_UNIQ_KEY])
+    return keys
 
-    def __init__(self) -> None:
-        self._data: dict[str, Any] = {}
-        self._fail_writes = 0
-        self.write_count = 0
-        self.closed = False
+
+if TYPE_CHECKING:
+
+    def _satisfies_the_port(store: FakeMessageStore) -> MessageStorePort:
+        return store  # mypy checks FakeMessageStore against MessageStorePort here
+
+
+class FakeMetadataStore(MemoryMetadataStore):
+    """The in-memory metadata store with ``fail_writes`` (see the module docstring)."""
 
     def fail_writes(self, n: int = 1) -> None:
-        """Make the next ``n`` writes (put, put_many, delete...) raise ``FakeStoreError``."""
-        self._fail_writes = n
+        """Make the next ``n`` write calls (put, delete, delete_recursive, multi) raise ``FakeStoreError``."""
+        self.fail_next_writes(n, FakeStoreError("injected metadata write failure"))
 
-    def _write(self) -> None:
-        if self.closed:
-            raise FakeStoreError("metadata store is closed")
-        if self._fail_writes > 0:
-            self._fail_writes -= 1
-            raise FakeStoreError("injected metadata write failure")
-        self.write_count += 1
-
-    def get(self, key: str) -> Any:
-        value = self._data.get(key)
-        return None if value is None else copy.deepcopy(value)
-
-    def put(self, key: str, value: Any) -> None:
-        self.put_many({key: value})
-
-    def put_many(self, items: Mapping[str, Any]) -> None:
-        self._write()
-        encoded = {k: json.loads(json.dumps(v)) for k, v in items.items()}  # JSON-able, and a copy
-        self._data.update(encoded)
-
-    def delete(self, key: str) -> None:
-        self.delete_many([key])
-
-    def delete_many(self, keys: Iterable[str]) -> None:
-        self._write()
-        for key in keys:
-            self._data.pop(key, None)
-
-    def list(self, prefix: str) -> dict[str, Any]:
-        return {k: copy.deepcopy(v) for k, v in sorted(self._data.items()) if k.startswith(prefix)}
-
-    def keys(self) -> list[str]:
-        return sorted(self._data)
-
-    def close(self) -> None:
-        self.closed = True
-
-    async def aget(self, key: str) -> Any:
-        await asyncio.sleep(0)
-        return self.get(key)
-
-    async def aput(self, key: str, value: Any) -> None:
-        await asyncio.sleep(0)
-        self.put(key, value)
-
-    async def aput_many(self, items: Mapping[str, Any]) -> None:
-        await asyncio.sleep(0)
-        self.put_many(items)
-
-    async def adelete(self, key: str) -> None:
-        await asyncio.sleep(0)
-        self.delete(key)
-
-    async def adelete_many(self, keys: Iterable[str]) -> None:
-        await asyncio.sleep(0)
-        self.delete_many(keys)
-
-    async def alist(self, prefix: str) -> dict[str, Any]:
-        await asyncio.sleep(0)
-        return self.list(prefix)
+    def keys(self, prefix: str = "/") -> list[str]:
+        """Every stored path equal to or below ``prefix``, sorted (synchronous; for assertions)."""
+        return sorted(self.data.subtree(prefix))

@@ -1,0 +1,206 @@
+"""BrokerResources: the broker's admin metadata (tenants, namespace policies, partitioned topics, topic
+policies) held in memory and written through to the metadata store (Pulsar ``PulsarResources``:
+``TenantResources``, ``NamespaceResources``, ``NamespaceResources.PartitionedTopicResources``,
+``TopicPoliciesService``).
+
+Everything is loaded once by :meth:`BrokerResources.load` before the broker serves; after that every read is
+a dictionary look-up (LOOKUP, PARTITIONED_METADATA and policy checks never wait for storage), and every
+change is one awaited metadata write, applied to memory only once it is durable. Writes use the version
+last seen (compare-and-set), so a concurrent writer elsewhere makes the write fail with
+``BadVersionError`` instead of being lost.
+
+Paths (every name is ONE segment through ``encode_segment``; values are JSON)::
+
+    /admin/tenants/<tenant>                                      TenantInfo {"adminRoles", "allowedClusters"}
+    /admin/policies/<tenant>/<namespace>                         namespace policies (dict)
+    /admin/partitioned-topics/<domain>/<tenant>/<namespace>/<topic>   {"partitions": n}
+    /admin/topic-policies/<domain>/<tenant>/<namespace>/<topic>       topic policies (dict)
+    /broker/boot-count                                           int, +1 per start (producer names)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from quasar.metadata import MetadataStore, decode_json, decode_segment, encode_json, encode_segment
+from quasar.protocol import TopicName
+
+__all__ = [
+    "BOOT_COUNT_PATH",
+    "PARTITIONED_ROOT",
+    "POLICIES_ROOT",
+    "TENANTS_ROOT",
+    "TOPIC_POLICIES_ROOT",
+    "BrokerResources",
+    "namespace_path",
+    "partitioned_topic_path",
+    "tenant_path",
+    "topic_policies_path",
+]
+
+TENANTS_ROOT = "/admin/tenants"
+POLICIES_ROOT = "/admin/policies"
+PARTITIONED_ROOT = "/admin/partitioned-topics"
+TOPIC_POLICIES_ROOT = "/admin/topic-policies"
+BOOT_COUNT_PATH = "/broker/boot-count"
+
+
+def tenant_path(tenant: str) -> str:
+    return f"{TENANTS_ROOT}/{encode_segment(tenant)}"
+
+
+def namespace_path(namespace: str) -> str:
+    """``namespace`` is ``tenant/ns``."""
+    tenant, _, local = namespace.partition("/")
+    return f"{POLICIES_ROOT}/{encode_segment(tenant)}/{encode_segment(local)}"
+
+
+def _topic_path(root: str, topic: TopicName) -> str:
+    return "/".join(
+        (root, topic.domain, encode_segment(topic.tenant), encode_segment(topic.namespace),
+         encode_segment(topic.local_name))
+    )  # fmt: skip
+
+
+def partitioned_topic_path(topic: TopicName) -> str:
+    return _topic_path(PARTITIONED_ROOT, topic)
+
+
+def topic_policies_path(topic: TopicName) -> str:
+    return _topic_path(TOPIC_POLICIES_ROOT, topic)
+
+
+def _updated(policies: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
+    changed = dict(policies)
+    if value is None:
+        changed.pop(key, None)
+    else:
+        changed[key] = value
+    return changed
+
+
+class BrokerResources:
+    """The admin metadata of one broker, in memory, written through ``metadata`` (see the module docstring).
+
+    Read methods are synchronous look-ups; write methods are coroutines that raise the metadata port's
+    errors (``AlreadyExistsError`` when a create races another, ``BadVersionError`` when a stored value
+    changed elsewhere, ``MetadataStoreError`` on a storage failure) and leave memory unchanged then.
+    """
+
+    def __init__(self, metadata: MetadataStore) -> None:
+        self._metadata = metadata
+        self.tenants: dict[str, dict[str, Any]] = {}
+        """Tenant -> TenantInfo."""
+        self.namespaces: dict[str, dict[str, Any]] = {}
+        """``tenant/ns`` -> policies."""
+        self.partitioned: dict[str, dict[str, int]] = {}
+        """``domain://tenant/ns`` -> {partitioned topic full name -> partition count}."""
+        self.topic_policies: dict[str, dict[str, Any]] = {}
+        """Topic full name -> topic-level policies (only topics that have some)."""
+        self._versions: dict[str, int] = {}  # path -> version last read or written
+        self._lock = asyncio.Lock()
+
+    # -- loading ---------------------------------------------------------------------------------------------
+
+    async def _tree(self, root: str, depth: int) -> dict[tuple[str, ...], Any]:
+        """Every JSON value exactly ``depth`` levels below ``root``, keyed by the decoded segments."""
+        levels: list[tuple[str, ...]] = [()]
+        for _ in range(depth):
+            children = await asyncio.gather(
+                *(self._metadata.get_children("/".join((root, *map(encode_segment, names))))
+                  for names in levels)
+            )  # fmt: skip
+            levels = [(*names, decode_segment(child)) for names, kids in zip(levels, children, strict=True)
+                      for child in kids]  # fmt: skip
+        paths = ["/".join((root, *map(encode_segment, names))) for names in levels]
+        results = await asyncio.gather(*(self._metadata.get(path) for path in paths))
+        tree: dict[tuple[str, ...], Any] = {}
+        for names, path, result in zip(levels, paths, results, strict=True):
+            if result is not None:
+                tree[names] = decode_json(path, result.value)
+                self._versions[path] = result.stat.version
+        return tree
+
+    async def load(self) -> None:
+        """Read every tenant, namespace, partitioned topic and topic policy (replacing what is in memory)."""
+        self._versions.clear()
+        self.tenants = {tenant: dict(info) for (tenant,), info in (await self._tree(TENANTS_ROOT, 1)).items()}
+        self.namespaces = {
+            f"{tenant}/{ns}": dict(policies)
+            for (tenant, ns), policies in (await self._tree(POLICIES_ROOT, 2)).items()
+        }
+        self.partitioned = {}
+        for (domain, tenant, ns, local), value in (await self._tree(PARTITIONED_ROOT, 4)).items():
+            namespace = f"{domain}://{tenant}/{ns}"
+            self.partitioned.setdefault(namespace, {})[f"{namespace}/{local}"] = int(value["partitions"])
+        self.topic_policies = {
+            f"{domain}://{tenant}/{ns}/{local}": dict(policies)
+            for (domain, tenant, ns, local), policies in (await self._tree(TOPIC_POLICIES_ROOT, 4)).items()
+        }
+
+    async def next_boot_count(self) -> int:
+        """Increment and return the broker's boot counter (1 at the first start)."""
+        stored = await self._metadata.get(BOOT_COUNT_PATH)
+        boot = 1 if stored is None else int(decode_json(BOOT_COUNT_PATH, stored.value)) + 1
+        await self._metadata.put(
+            BOOT_COUNT_PATH, encode_json(boot), -1 if stored is None else stored.stat.version
+        )
+        return boot
+
+    # -- writing through -------------------------------------------------------------------------------------
+
+    async def _write(self, path: str, value: Any, *, create: bool = False) -> None:
+        expected = -1 if create else self._versions.get(path, -1)
+        stat = await self._metadata.put(path, encode_json(value), expected)
+        self._versions[path] = stat.version
+
+    async def _remove(self, path: str) -> None:
+        version = self._versions.pop(path, None)
+        if version is not None:
+            await self._metadata.delete(path, version)
+
+    async def create_tenant(self, tenant: str, info: dict[str, Any]) -> None:
+        """Create ``tenant`` (``AlreadyExistsError`` when it exists in the store)."""
+        await self._write(tenant_path(tenant), info, create=True)
+        self.tenants[tenant] = dict(info)
+
+    async def create_namespace(self, namespace: str, policies: dict[str, Any]) -> None:
+        """Create ``tenant/ns`` (``AlreadyExistsError`` when it exists in the store)."""
+        await self._write(namespace_path(namespace), policies, create=True)
+        self.namespaces[namespace] = dict(policies)
+
+    async def set_namespace_policy(self, namespace: str, key: str, value: Any) -> None:
+        """Set (``value`` None: remove) policy ``key`` of the existing namespace ``namespace``."""
+        async with self._lock:  # read-modify-write: one at a time
+            policies = _updated(self.namespaces[namespace], key, value)
+            await self._write(namespace_path(namespace), policies)
+            self.namespaces[namespace] = policies
+
+    async def create_partitioned_topic(self, topic: TopicName, partitions: int) -> None:
+        await self._write(partitioned_topic_path(topic), {"partitions": partitions}, create=True)
+        namespace = f"{topic.domain}://{topic.namespace_name}"
+        self.partitioned.setdefault(namespace, {})[topic.full_name] = partitions
+
+    async def set_topic_policy(self, topic: TopicName, key: str, value: Any) -> None:
+        """Set (``value`` None: remove) topic-level policy ``key`` of ``topic``; the path is deleted when no
+        policy is left."""
+        async with self._lock:
+            path = topic_policies_path(topic)
+            policies = _updated(self.topic_policies.get(topic.full_name, {}), key, value)
+            if policies:
+                await self._write(path, policies)
+                self.topic_policies[topic.full_name] = policies
+            else:
+                await self._remove(path)
+                self.topic_policies.pop(topic.full_name, None)
+
+    # -- look-ups --------------------------------------------------------------------------------------------
+
+    def partitions(self, topic: TopicName) -> int:
+        """Partition count of ``topic`` (0: not a partitioned topic)."""
+        return self.partitioned.get(f"{topic.domain}://{topic.namespace_name}", {}).get(topic.full_name, 0)
+
+    def partitioned_topics(self, namespace: str, domain: str) -> dict[str, int]:
+        """The partitioned topics of ``tenant/ns`` in ``domain``, full name -> partition count."""
+        return dict(self.partitioned.get(f"{domain}://{namespace}", {}))
