@@ -8,15 +8,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from quasar.broker.errors import ConsumerAssignError
 from quasar.broker.key_shared import (
     RANGE_SIZE,
     ConsistentHashingSelector,
-    ConsumerAssignError,
     HashRangeAutoSplitSelector,
     HashRangeExclusiveSelector,
-    murmur3_32,
     sticky_key_hash,
 )
+from quasar.protocol.hashing import murmur3_32
 
 
 @dataclass(eq=False)
@@ -102,7 +102,7 @@ def test_sticky_ranges_and_conflicts():
 
 
 def test_failover_ring_spreads_topics_and_is_stable():
-    from quasar.broker.subscription import failover_ring_pick
+    from quasar.broker.dispatchers import failover_ring_pick
 
     a, b = FakeConsumer("a"), FakeConsumer("b")
     picks = [failover_ring_pick([a, b], f"persistent://public/default/t{i}") for i in range(200)]

@@ -8,9 +8,9 @@ import struct
 from quasar.broker.consumer import Consumer
 from quasar.broker.non_persistent import NonPersistentTopic
 from quasar.broker.producer import Producer
-from quasar.broker.subscription import SubType
 from quasar.ledger.position import Position
 from quasar.protocol import TopicName
+from quasar.protocol.enums import SubType
 from quasar.protocol.proto.PulsarApi_pb2 import MessageMetadata
 
 
@@ -47,7 +47,7 @@ async def test_receipts_drops_and_in_flight_limit():
     cnx = FakeCnx(max_pending=2)
     subscription = await topic.get_or_create_subscription("s", durable=True, initial_position=0)
     consumer = Consumer(1, "c", cnx, subscription)  # type: ignore[arg-type]
-    subscription.add_consumer(consumer, SubType.EXCLUSIVE)
+    subscription.add_consumer(consumer, SubType.Exclusive)
     consumer.flow(1)
     producer = Producer(1, "p", topic, cnx, True)  # type: ignore[arg-type]
     assert topic.add_producer(producer)

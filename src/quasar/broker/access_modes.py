@@ -16,35 +16,64 @@ unlimited) bounds the producers of a topic (ProducerBusy "Topic reached max prod
 
 from __future__ import annotations
 
+import enum
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from collections.abc import ValuesView
+from typing import Generic, Protocol, TypeVar
 
 from quasar.broker.errors import ProducerBusyError, ProducerFencedError
 
-if TYPE_CHECKING:
-    from quasar.broker.producer import Producer
-
-__all__ = ["EXCLUSIVE", "EXCLUSIVE_WITH_FENCING", "SHARED", "WAIT_FOR_EXCLUSIVE", "ProducerAccess"]
-
-SHARED = 0
-EXCLUSIVE = 1
-WAIT_FOR_EXCLUSIVE = 2
-EXCLUSIVE_WITH_FENCING = 3
+__all__ = ["AccessProducer", "ProducerAccess", "ProducerAccessMode"]
 
 
-class ProducerAccess:
+class ProducerAccessMode(enum.IntEnum):
+    """``ProducerAccessMode`` of PulsarApi.proto (CommandProducer.producer_access_mode)."""
+
+    Shared = 0
+    Exclusive = 1
+    WaitForExclusive = 2
+    ExclusiveWithFencing = 3
+
+
+class AccessProducer(Protocol):
+    """What the access-mode rules need of a producer (``broker.producer.Producer`` implements it)."""
+
+    @property
+    def producer_name(self) -> str: ...
+
+    @property
+    def access_mode(self) -> ProducerAccessMode: ...
+
+    @property
+    def closed(self) -> bool:
+        """Closed or disconnected: a waiter that closed is skipped."""
+        ...
+
+    def fence(self) -> None:
+        """Disconnect the producer (an ExclusiveWithFencing producer took the topic)."""
+        ...
+
+    def grant(self, topic_epoch: int) -> None:
+        """The waiting producer now holds the topic at ``topic_epoch``: tell its client it may send."""
+        ...
+
+
+P = TypeVar("P", bound=AccessProducer)
+
+
+class ProducerAccess(Generic[P]):
     """The producers of one topic by name, with the access-mode state (exclusive holder, waiters, epoch)."""
 
     def __init__(self, topic_name: str, *, max_producers: int = 0) -> None:
         self._topic_name = topic_name
         self.max_producers = max_producers
-        self.producers: dict[str, Producer] = {}
-        self.exclusive: Producer | None = None
-        self.waiting: deque[Producer] = deque()
+        self.producers: dict[str, P] = {}
+        self.exclusive: P | None = None
+        self.waiting: deque[P] = deque()
         self.topic_epoch = 0
         self.fenced: set[str] = set()  # names fenced by the current ExclusiveWithFencing holder
 
-    def add(self, producer: Producer) -> bool:
+    def add(self, producer: P) -> bool:
         """Register ``producer``; returns False when it waits (WaitForExclusive on a busy topic). Raises
         ProducerBusyError (name taken, limit reached, access-mode conflict)."""
         name = producer.producer_name
@@ -59,21 +88,21 @@ class ProducerAccess:
             raise ProducerFencedError(f"Producer '{name}' was fenced on topic {self._topic_name}")
         mode = producer.access_mode
         others = [p for p in self.producers.values() if p is not producer]
-        if mode == SHARED:
+        if mode == ProducerAccessMode.Shared:
             if self.exclusive is not None:
                 raise ProducerBusyError(f"Topic {self._topic_name} has an existing exclusive producer")
-        elif mode == EXCLUSIVE:
+        elif mode == ProducerAccessMode.Exclusive:
             if others:
                 raise ProducerBusyError(
                     f"Topic {self._topic_name} has existing producers; cannot be exclusive"
                 )
             self._take(producer)
-        elif mode == EXCLUSIVE_WITH_FENCING:
+        elif mode == ProducerAccessMode.ExclusiveWithFencing:
             self.fenced.update(other.producer_name for other in others)
             for other in others:
-                other.cnx.close_producer(other)
+                other.fence()
             self._take(producer)
-        elif mode == WAIT_FOR_EXCLUSIVE:
+        elif mode == ProducerAccessMode.WaitForExclusive:
             if others:
                 self.waiting.append(producer)
                 return False
@@ -83,11 +112,11 @@ class ProducerAccess:
         self.producers[name] = producer
         return True
 
-    def _take(self, producer: Producer) -> None:
+    def _take(self, producer: P) -> None:
         self.exclusive = producer
         self.topic_epoch += 1
 
-    def remove(self, producer: Producer) -> None:
+    def remove(self, producer: P) -> None:
         """Drop ``producer`` (closed, disconnected or fenced); a free topic goes to the first waiter."""
         if self.producers.get(producer.producer_name) is producer:
             del self.producers[producer.producer_name]
@@ -102,7 +131,7 @@ class ProducerAccess:
                 continue
             self._take(waiter)
             self.producers[waiter.producer_name] = waiter
-            waiter.cnx.producer_ready(waiter, self.topic_epoch)
+            waiter.grant(self.topic_epoch)
 
-    def values(self) -> Any:
+    def values(self) -> ValuesView[P]:
         return self.producers.values()

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from quasar.ledger.position import Position
+from quasar.protocol.enums import SubType
 
-if TYPE_CHECKING:
-    from quasar.broker.subscription import Subscription
+__all__ = ["Consumer", "ConsumerConnection", "ConsumerSubscription", "ConsumerTopic"]
 
 
 class ConsumerConnection(Protocol):
@@ -41,6 +41,49 @@ class ConsumerConnection(Protocol):
     def remote_address(self) -> str: ...
 
 
+class ConsumerTopic(Protocol):
+    """What the consumer commands use of a subscription's topic (``PersistentTopic``, ``NonPersistentTopic``)."""
+
+    @property
+    def partition_index(self) -> int: ...
+
+    def last_message_id(self) -> tuple[int, int, int]:
+        """(ledger id, entry id, batch index) of the last entry; raises NotAllowedError where there is none
+        to tell (non-persistent topics)."""
+        ...
+
+    async def delete_subscription(self, name: str) -> None: ...
+
+
+class ConsumerSubscription(Protocol):
+    """What the consumer commands use of any subscription a consumer is attached to (``Subscription``,
+    ``NonPersistentSubscription``); persistent-only commands check for ``Subscription`` itself."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def topic(self) -> ConsumerTopic: ...
+
+    @property
+    def consumers(self) -> list[Consumer]: ...
+
+    @property
+    def sub_type(self) -> SubType | None: ...
+
+    def schedule_dispatch(self) -> None: ...
+
+    def remove_consumer(self, consumer: Consumer) -> None: ...
+
+    def drop_if_idle(self) -> None:
+        """Let the topic drop this subscription now if it is a reader's and no consumer is left."""
+        ...
+
+    def close_consumers(self) -> None: ...
+
+    def redeliver_unacknowledged(self, consumer: Consumer, positions: list[Position] | None) -> None: ...
+
+
 @dataclass(eq=False, slots=True)
 class Consumer:
     """A consumer attached to a subscription.
@@ -57,7 +100,7 @@ class Consumer:
     consumer_id: int
     consumer_name: str
     cnx: ConsumerConnection
-    subscription: Subscription
+    subscription: ConsumerSubscription
     priority_level: int = 0
     permits: int = 0
     pending_acks: dict[Position, int] = field(default_factory=dict)

@@ -2,7 +2,8 @@
 
 Every entry has a sticky key: ``ordering_key``, else ``partition_key`` of its MessageMetadata, else
 ``NONE_KEY`` (Pulsar ``Commands.peekStickyKey``; a batch is one entry, so it goes to one consumer). Its hash
-is Murmur3-32 (seed 0) of the key bytes ``& 0x7FFFFFFF`` (Pulsar ``Murmur3_32Hash.makeHash``). Selectors:
+is Murmur3-32 (seed 0, ``quasar.protocol.hashing.murmur3_32``) of the key bytes ``& 0x7FFFFFFF`` (Pulsar
+``Murmur3_32Hash.makeHash``). Selectors:
 
 - ``ConsistentHashingSelector`` (AUTO_SPLIT, broker default ``subscriptionKeySharedUseConsistentHashing=true``):
   a ring with ``points`` (100) points per consumer at ``murmur3(consumer_name + str(i))``; a key goes to the
@@ -18,11 +19,14 @@ is Murmur3-32 (seed 0) of the key bytes ``& 0x7FFFFFFF`` (Pulsar ``Murmur3_32Has
 from __future__ import annotations
 
 import bisect
+import enum
 import itertools
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from quasar.broker.errors import BrokerError
+from quasar.broker.errors import ConsumerAssignError
+from quasar.protocol.hashing import murmur3_32
 
 if TYPE_CHECKING:
     from quasar.broker.consumer import Consumer
@@ -31,11 +35,12 @@ __all__ = [
     "NONE_KEY",
     "RANGE_SIZE",
     "ConsistentHashingSelector",
-    "ConsumerAssignError",
     "HashRangeAutoSplitSelector",
     "HashRangeExclusiveSelector",
+    "KeySharedMeta",
+    "KeySharedMode",
     "StickyKeySelector",
-    "murmur3_32",
+    "new_selector",
     "sticky_key_hash",
 ]
 
@@ -43,51 +48,23 @@ RANGE_SIZE = 1 << 16
 """Hash-range slots of Key_Shared (Pulsar ``DEFAULT_RANGE_SIZE`` 65,536)."""
 NONE_KEY = b"NONE_KEY"
 """Sticky key of an entry without ordering or partition key (Pulsar ``Commands.NONE_KEY``)."""
-CONSUMER_ASSIGN_ERROR = 19  # ServerError.ConsumerAssignError
-
-_MASK32 = 0xFFFFFFFF
 
 
-class ConsumerAssignError(BrokerError):
-    """A Key_Shared consumer cannot be placed (overlapping STICKY ranges, mixed modes): ConsumerAssignError."""
+class KeySharedMode(enum.IntEnum):
+    """``KeySharedMode`` of PulsarApi.proto (CommandSubscribe.keySharedMeta.keySharedMode)."""
 
-    def __init__(self, message: str) -> None:
-        super().__init__(message, server_error=CONSUMER_ASSIGN_ERROR)
+    AUTO_SPLIT = 0
+    STICKY = 1
 
 
-def murmur3_32(data: bytes, seed: int = 0) -> int:
-    """MurmurHash3 x86 32-bit of ``data`` (unsigned), as Guava's ``murmur3_32`` used by Pulsar."""
-    c1, c2 = 0xCC9E2D51, 0x1B873593
-    h = seed & _MASK32
-    length = len(data)
-    rounded = length & ~3
-    for i in range(0, rounded, 4):
-        k = data[i] | (data[i + 1] << 8) | (data[i + 2] << 16) | (data[i + 3] << 24)
-        k = (k * c1) & _MASK32
-        k = ((k << 15) | (k >> 17)) & _MASK32
-        k = (k * c2) & _MASK32
-        h ^= k
-        h = ((h << 13) | (h >> 19)) & _MASK32
-        h = (h * 5 + 0xE6546B64) & _MASK32
-    k = 0
-    tail = length & 3
-    if tail == 3:
-        k ^= data[rounded + 2] << 16
-    if tail >= 2:
-        k ^= data[rounded + 1] << 8
-    if tail >= 1:
-        k ^= data[rounded]
-        k = (k * c1) & _MASK32
-        k = ((k << 15) | (k >> 17)) & _MASK32
-        k = (k * c2) & _MASK32
-        h ^= k
-    h ^= length
-    h ^= h >> 16
-    h = (h * 0x85EBCA6B) & _MASK32
-    h ^= h >> 13
-    h = (h * 0xC2B2AE35) & _MASK32
-    h ^= h >> 16
-    return h
+@dataclass(frozen=True, slots=True)
+class KeySharedMeta:
+    """CommandSubscribe.keySharedMeta: ``mode`` (a KeySharedMode), inclusive ``hash_ranges`` in 0..65535
+    (STICKY), ``allow_out_of_order_delivery``."""
+
+    mode: int = KeySharedMode.AUTO_SPLIT
+    hash_ranges: tuple[tuple[int, int], ...] = field(default_factory=tuple)
+    allow_out_of_order_delivery: bool = False
 
 
 def sticky_key_hash(key: bytes) -> int:
@@ -234,3 +211,19 @@ class HashRangeExclusiveSelector:
             return None
         end, consumer = self._ranges[self._starts[index]]
         return consumer if slot <= end else None
+
+
+def new_selector(
+    mode: int, *, use_consistent_hashing: bool = True, replica_points: int = 100
+) -> StickyKeySelector:
+    """The selector of a Key_Shared subscription in ``mode`` (a ``KeySharedMode``): STICKY declared ranges, else
+    the consistent-hashing ring with ``replica_points`` points per consumer (broker
+    ``subscriptionKeySharedUseConsistentHashing``), else the auto-split hash ranges. Raises ConsumerAssignError
+    for an unknown mode."""
+    if mode == KeySharedMode.STICKY:
+        return HashRangeExclusiveSelector()
+    if mode != KeySharedMode.AUTO_SPLIT:
+        raise ConsumerAssignError(f"unknown Key_Shared mode {mode}")
+    if use_consistent_hashing:
+        return ConsistentHashingSelector(replica_points)
+    return HashRangeAutoSplitSelector()

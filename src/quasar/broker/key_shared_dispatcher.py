@@ -17,39 +17,19 @@ reading when its redelivery set is that large, too).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from quasar.broker.key_shared import (
-    NONE_KEY,
-    ConsistentHashingSelector,
-    ConsumerAssignError,
-    HashRangeAutoSplitSelector,
-    HashRangeExclusiveSelector,
-    StickyKeySelector,
-    sticky_key_hash,
-)
+from quasar.broker.errors import ConsumerAssignError
+from quasar.broker.key_shared import NONE_KEY, KeySharedMeta, StickyKeySelector, new_selector, sticky_key_hash
 from quasar.ledger.position import Position
 from quasar.protocol import num_messages, parse_headers_and_payload
+from quasar.protocol.enums import SubType
 
 if TYPE_CHECKING:
     from quasar.broker.consumer import Consumer
-    from quasar.broker.subscription import Subscription
+    from quasar.broker.dispatchers import DispatchSource
 
-__all__ = ["AUTO_SPLIT", "STICKY", "KeySharedDispatch", "KeySharedMeta", "entry_key_info"]
-
-AUTO_SPLIT = 0
-STICKY = 1
-
-
-@dataclass(frozen=True, slots=True)
-class KeySharedMeta:
-    """CommandSubscribe.keySharedMeta: ``mode`` (AUTO_SPLIT 0 / STICKY 1), inclusive ``hash_ranges`` in
-    0..65535 (STICKY), ``allow_out_of_order_delivery``."""
-
-    mode: int = AUTO_SPLIT
-    hash_ranges: tuple[tuple[int, int], ...] = field(default_factory=tuple)
-    allow_out_of_order_delivery: bool = False
+__all__ = ["KeySharedDispatcher", "entry_key_info"]
 
 
 def entry_key_info(data: memoryview) -> tuple[int, int]:
@@ -65,36 +45,41 @@ def entry_key_info(data: memoryview) -> tuple[int, int]:
     return num_messages(metadata), sticky_key_hash(key)
 
 
-class KeySharedDispatch:
-    """Key_Shared state and dispatch rounds of ``subscription``; created with its first consumer's meta."""
+class KeySharedDispatcher:
+    """Key_Shared state and dispatch rounds of a subscription (``source``); created with its first consumer's
+    meta; ``use_consistent_hashing`` / ``replica_points``: the AUTO_SPLIT selector (``key_shared.new_selector``).
+
+    A :class:`~quasar.broker.dispatchers.Dispatcher`: Key_Shared acknowledges individually (cumulative acks
+    are ignored, unacked-message limits apply).
+    """
+
+    sub_type = SubType.Key_Shared
+    individual_ack = True
 
     def __init__(
         self,
-        subscription: Subscription,
+        source: DispatchSource,
         meta: KeySharedMeta,
         *,
         use_consistent_hashing: bool = True,
         replica_points: int = 100,
         max_replay: int = 10_000,
     ) -> None:
-        self._sub = subscription
+        self._sub = source
         self.mode = meta.mode
         self.allow_out_of_order_delivery = meta.allow_out_of_order_delivery
-        self.selector: StickyKeySelector
-        if meta.mode == STICKY:
-            self.selector = HashRangeExclusiveSelector()
-        elif use_consistent_hashing:
-            self.selector = ConsistentHashingSelector(replica_points)
-        else:
-            self.selector = HashRangeAutoSplitSelector()
+        self.selector: StickyKeySelector = new_selector(
+            meta.mode, use_consistent_hashing=use_consistent_hashing, replica_points=replica_points
+        )
         self.recently_joined: dict[Consumer, Position] = {}
         self._hashes: dict[Position, int] = {}  # sticky-key hash of parked (replay) entries
         self._max_replay = max_replay
 
     # ------------------------------------------------------------------ consumers
-    def add_consumer(self, consumer: Consumer, meta: KeySharedMeta) -> None:
-        """Place ``consumer`` in the selector. Raises ConsumerAssignError for a mode other than the
-        subscription's, or (STICKY) bad or overlapping ranges."""
+    def add_consumer(self, consumer: Consumer, meta: KeySharedMeta | None) -> None:
+        """Place ``consumer`` in the selector (before it joins the subscription's consumers). Raises
+        ConsumerAssignError for a mode other than the subscription's, or (STICKY) bad or overlapping ranges."""
+        meta = meta or KeySharedMeta()
         if meta.mode != self.mode:
             raise ConsumerAssignError(
                 f"Key_Shared mode {meta.mode} does not match the subscription's mode {self.mode}"
@@ -114,6 +99,9 @@ class KeySharedDispatch:
         self.selector.remove_consumer(consumer)
         self.recently_joined.pop(consumer, None)
 
+    def consumers_changed(self) -> None:
+        pass  # the selector was updated by add_consumer / remove_consumer
+
     def on_acks(self) -> None:
         """Lift the recently-joined restriction of consumers whose join position the mark-delete reached."""
         if not self.recently_joined:
@@ -125,6 +113,9 @@ class KeySharedDispatch:
 
     def forget(self, position: Position) -> None:
         self._hashes.pop(position, None)
+
+    def close(self) -> None:
+        pass  # no timer of its own
 
     # ------------------------------------------------------------------ dispatch
     def _can_take(self, target: Consumer | None, position: Position, ready: set[Consumer]) -> bool:
@@ -142,47 +133,62 @@ class KeySharedDispatch:
         if not ready:
             return False
         budget = min(sum(c.permits for c in ready), sub.max_read_batch_size)
-        sent = 0
+        sent = self._dispatch_replays(ready, budget) if sub.replay_positions else 0
+        if sent >= budget or not ready or len(sub.replay_positions) >= self._max_replay:
+            return sent > 0 and bool(ready)
+        return self._dispatch_new(ready, budget - sent)
+
+    def _dispatch_replays(self, ready: set[Consumer], budget: int) -> int:
+        """Send parked entries in position order to consumers in ``ready`` (shrunk as consumers fill up or
+        must wait); returns how many entries went out."""
+        sub = self._sub
         select = self.selector.select
         cursor = sub.cursor
         replay = sub.replay_positions
         hashes = self._hashes
-        if replay:
-            ledger = sub.topic.ledger
-            for position in sorted(replay):
-                if sent >= budget or not ready:
-                    break
-                if cursor.is_acked(position):
-                    replay.discard(position)
-                    hashes.pop(position, None)
-                    continue
-                key_hash = hashes.get(position)
-                if key_hash is not None:
-                    target = select(key_hash)
-                    if not self._can_take(target, position, ready):
-                        if target is not None:
-                            ready.discard(target)  # later entries for it wait behind this one
-                        continue
-                entry = ledger.get_entry(position)
-                if entry is None:  # trimmed away
-                    replay.discard(position)
-                    hashes.pop(position, None)
-                    continue
-                count, key_hash = entry_key_info(entry.data)
-                target = select(key_hash)
-                if target is None or not self._can_take(target, position, ready):
-                    hashes[position] = key_hash
-                    if target is not None:
-                        ready.discard(target)
-                    continue
+        ledger = sub.topic.ledger
+        sent = 0
+        for position in sorted(replay):
+            if sent >= budget or not ready:
+                break
+            if cursor.is_acked(position):
+                replay.discard(position)
                 hashes.pop(position, None)
-                sub.deliver(target, entry, count)
-                sent += 1
-                if target.permits <= 0 or target.blocked:
+                continue
+            key_hash = hashes.get(position)
+            if key_hash is not None:  # known key: skip the read while its consumer cannot take it
+                target = select(key_hash)
+                if not self._can_take(target, position, ready):
+                    if target is not None:
+                        ready.discard(target)  # later entries for it wait behind this one
+                    continue
+            entry = ledger.get_entry(position)
+            if entry is None:  # trimmed away
+                replay.discard(position)
+                hashes.pop(position, None)
+                continue
+            count, key_hash = entry_key_info(entry.data)
+            target = select(key_hash)
+            if target is None or not self._can_take(target, position, ready):
+                hashes[position] = key_hash
+                if target is not None:
                     ready.discard(target)
-        if sent >= budget or not ready or len(replay) >= self._max_replay:
-            return sent > 0 and bool(ready)
-        entries = cursor.read_entries(budget - sent)
+                continue
+            hashes.pop(position, None)
+            sub.deliver(target, entry, count)
+            sent += 1
+            if target.permits <= 0 or target.blocked:
+                ready.discard(target)
+        return sent
+
+    def _dispatch_new(self, ready: set[Consumer], budget: int) -> bool:
+        """Read up to ``budget`` new entries and send each to its consumer, parking those it cannot take now.
+        Returns True when more may be sent now."""
+        sub = self._sub
+        select = self.selector.select
+        replay = sub.replay_positions
+        hashes = self._hashes
+        entries = sub.cursor.read_entries(budget)
         for entry in entries:
             count, key_hash = entry_key_info(entry.data)
             target = select(key_hash)
@@ -194,7 +200,6 @@ class KeySharedDispatch:
                     ready.discard(target)
                 continue
             sub.deliver(target, entry, count)
-            sent += 1
             if target.permits <= 0 or target.blocked:
                 ready.discard(target)
         return bool(entries) and bool(ready)

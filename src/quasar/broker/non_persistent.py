@@ -17,22 +17,20 @@ B3 "Non-persistent topics" and gotcha 3):
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING
 
 from quasar.broker.access_modes import ProducerAccess
 from quasar.broker.dedup import DisabledDeduplication
-from quasar.broker.errors import ConsumerBusyError, NotAllowedError
-from quasar.broker.key_shared import (
-    ConsistentHashingSelector,
-    ConsumerAssignError,
-    HashRangeAutoSplitSelector,
-    HashRangeExclusiveSelector,
-)
-from quasar.broker.key_shared_dispatcher import STICKY, KeySharedMeta, entry_key_info
-from quasar.broker.subscription import SubscriptionOptions, SubType, entry_num_messages, failover_ring_pick
+from quasar.broker.dispatchers import entry_num_messages, failover_active_consumer
+from quasar.broker.errors import ConsumerAssignError, ConsumerBusyError, NotAllowedError
+from quasar.broker.key_shared import KeySharedMeta, new_selector
+from quasar.broker.key_shared_dispatcher import entry_key_info
+from quasar.broker.subscription import SubscriptionOptions
 from quasar.ledger.position import Position
 from quasar.protocol import TopicName
+from quasar.protocol.enums import InitialPosition, SubType
 
 if TYPE_CHECKING:
     from quasar.broker.consumer import Consumer
@@ -75,20 +73,19 @@ class NonPersistentSubscription:
         if self.consumers:
             if sub_type != self.sub_type:
                 raise ConsumerBusyError(f"Subscription {self.name} is of different type")
-            if sub_type == SubType.EXCLUSIVE:
+            if sub_type == SubType.Exclusive:
                 raise ConsumerBusyError(
                     f"Exclusive consumer is already connected on subscription {self.name}"
                 )
-        if sub_type == SubType.KEY_SHARED:
+        if sub_type == SubType.Key_Shared:
             meta = key_shared_meta or KeySharedMeta()
             if self._selector is None or not self.consumers:
                 self._key_shared_mode = meta.mode
-                if meta.mode == STICKY:
-                    self._selector = HashRangeExclusiveSelector()
-                elif self.options.key_shared_use_consistent_hashing:
-                    self._selector = ConsistentHashingSelector(self.options.key_shared_replica_points)
-                else:
-                    self._selector = HashRangeAutoSplitSelector()
+                self._selector = new_selector(
+                    meta.mode,
+                    use_consistent_hashing=self.options.key_shared_use_consistent_hashing,
+                    replica_points=self.options.key_shared_replica_points,
+                )
             elif meta.mode != self._key_shared_mode:
                 raise ConsumerAssignError("Key_Shared mode does not match the subscription's mode")
             self._selector.add_consumer(consumer, meta.hash_ranges)
@@ -105,22 +102,22 @@ class NonPersistentSubscription:
         self._update_active_consumer()
 
     def _update_active_consumer(self) -> None:
-        if self.sub_type != SubType.FAILOVER or not self.consumers:
+        if self.sub_type != SubType.Failover or not self.consumers:
             self._active = self.consumers[0] if self.consumers else None
             return
-        ordered = sorted(self.consumers, key=lambda c: (c.priority_level, c.consumer_name))
-        top = [c for c in ordered if c.priority_level == ordered[0].priority_level]
-        partition = self.topic.partition_index
-        active = (
-            top[partition % len(top)]
-            if partition >= 0
-            else failover_ring_pick(top, self.topic.name.full_name)
+        active = failover_active_consumer(
+            self.consumers, self.topic.partition_index, self.topic.name.full_name
         )
         self._active = active
         for consumer in self.consumers:
             consumer.cnx.send_active_consumer_change(consumer.consumer_id, consumer is active)
 
+    def drop_if_idle(self) -> None:
+        """Ask the topic to drop this subscription now if no consumer is left (nothing is kept for it)."""
+        self.topic.remove_non_durable_if_idle(self)
+
     def close_consumers(self) -> None:
+        """Disconnect every consumer (broker-initiated CLOSE_CONSUMER); clients reconnect by themselves."""
         for consumer in list(self.consumers):
             consumer.cnx.send_close_consumer(consumer.consumer_id)
             self.remove_consumer(consumer)
@@ -144,12 +141,12 @@ class NonPersistentSubscription:
     # ------------------------------------------------------------------ dispatch
     def _target(self, data: memoryview) -> tuple[Consumer | None, int]:
         consumers = self.consumers
-        if self.sub_type == SubType.KEY_SHARED and self._selector is not None:
+        if self.sub_type == SubType.Key_Shared and self._selector is not None:
             count, key_hash = entry_key_info(data)
             consumer = self._selector.select(key_hash)
             return (consumer if consumer is not None and _can_take(consumer) else None), count
         count = entry_num_messages(data)
-        if self.sub_type in (SubType.EXCLUSIVE, SubType.FAILOVER):
+        if self.sub_type in (SubType.Exclusive, SubType.Failover):
             active = self._active
             return (active if active is not None and _can_take(active) else None), count
         n = len(consumers)
@@ -193,7 +190,7 @@ class NonPersistentTopic:
     ) -> None:
         self.name = name
         self.partition_index = name.partition_index
-        self.access = ProducerAccess(name.full_name, max_producers=max_producers)
+        self.access: ProducerAccess[Producer] = ProducerAccess(name.full_name, max_producers=max_producers)
         self.producers: dict[str, Producer] = self.access.producers
         self.subscriptions: dict[str, NonPersistentSubscription] = {}
         self.dedup = DisabledDeduplication()
@@ -207,14 +204,22 @@ class NonPersistentTopic:
     def remove_producer(self, producer: Producer) -> None:
         self.access.remove(producer)
 
-    async def publish(self, data: memoryview) -> Position:
-        """Fan ``data`` out to every subscription (or drop it there); returns (0, 0) at once."""
+    def publish(self, data: memoryview) -> asyncio.Future[Position]:
+        """Fan ``data`` out to every subscription now (or drop it there); the returned future is already
+        resolved with (0, 0)."""
         for subscription in list(self.subscriptions.values()):
             subscription.send(data)
-        return NON_PERSISTENT_POSITION
+        done: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
+        done.set_result(NON_PERSISTENT_POSITION)
+        return done
 
     async def get_or_create_subscription(
-        self, name: str, *, durable: bool, initial_position: int, start_position: Position | None = None
+        self,
+        name: str,
+        *,
+        durable: bool,
+        initial_position: InitialPosition | int,
+        start_position: Position | None = None,
     ) -> NonPersistentSubscription:
         """Subscription ``name`` (positions do not apply: only messages published from now on arrive)."""
         subscription = self.subscriptions.get(name)
@@ -229,6 +234,10 @@ class NonPersistentTopic:
     def remove_non_durable_if_idle(self, subscription: NonPersistentSubscription) -> None:
         if not subscription.consumers and self.subscriptions.get(subscription.name) is subscription:
             del self.subscriptions[subscription.name]
+
+    def close(self) -> None:
+        """Topic unload or broker shutdown: nothing to cancel (delivery happens at publish time, no timer is
+        kept); present so every loaded topic closes the same way."""
 
     def last_message_id(self) -> tuple[int, int, int]:
         raise NotAllowedError(
@@ -254,9 +263,7 @@ class NonPersistentTopic:
                 name: {
                     "msgBacklog": 0,
                     "msgDropCount": sub.msg_drop_counter,
-                    "type": sub.sub_type.name.title().replace("_s", "_S")
-                    if sub.sub_type is not None
-                    else None,
+                    "type": sub.sub_type.name if sub.sub_type is not None else None,
                     "consumers": [
                         {"consumerName": c.consumer_name, "availablePermits": c.permits}
                         for c in sub.consumers

@@ -27,14 +27,17 @@ Enforcement (run by ``BrokerService.run_policy_checks`` on a timer):
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from quasar.ledger.position import Position
 from quasar.protocol import parse_headers_and_payload
 
 if TYPE_CHECKING:
-    from quasar.broker.topic import PersistentTopic
+    from quasar.broker.subscription import Subscription
+    from quasar.ledger.managed_ledger import ManagedLedger
+    from quasar.protocol import TopicName
 
 __all__ = [
     "BACKLOG_POLICIES",
@@ -44,6 +47,7 @@ __all__ = [
     "RETENTION",
     "BacklogQuota",
     "PolicyDefaults",
+    "PolicyTopic",
     "check_backlog_quota",
     "expire_messages",
     "parse_retention",
@@ -120,14 +124,36 @@ class PolicyDefaults:
     backlog_quota: BacklogQuota = field(default_factory=BacklogQuota)
 
 
-def _publish_time(topic: PersistentTopic, position: Position) -> int | None:
+class PolicyTopic(Protocol):
+    """What policy enforcement uses of a persistent topic (``PersistentTopic`` implements it)."""
+
+    message_ttl_s: int
+    backlog_quota: BacklogQuota
+    backlog_blocked: str | None
+    """The producer policy in force while the backlog quota is exceeded; set by ``check_backlog_quota``."""
+
+    @property
+    def name(self) -> TopicName: ...
+
+    @property
+    def ledger(self) -> ManagedLedger: ...
+
+    @property
+    def subscriptions(self) -> Mapping[str, Subscription]: ...
+
+    def disconnect_producers(self) -> None: ...
+
+    def find_position_by_publish_time(self, publish_time_ms: int) -> Position: ...
+
+
+def _publish_time(topic: PolicyTopic, position: Position) -> int | None:
     entry = topic.ledger.get_entry(position)
     if entry is None:
         return None
     return int(parse_headers_and_payload(entry.data).metadata.publish_time)
 
 
-def _expire_older_than(topic: PersistentTopic, cutoff_ms: int, subscriptions: list[Any]) -> int:
+def _expire_older_than(topic: PolicyTopic, cutoff_ms: int, subscriptions: list[Any]) -> int:
     """Move the mark-delete of ``subscriptions`` past the entries published before ``cutoff_ms``; returns how
     many subscriptions moved."""
     first_kept = topic.find_position_by_publish_time(cutoff_ms)
@@ -140,7 +166,7 @@ def _expire_older_than(topic: PersistentTopic, cutoff_ms: int, subscriptions: li
     return moved
 
 
-def expire_messages(topic: PersistentTopic, now_ms: int) -> int:
+def expire_messages(topic: PolicyTopic, now_ms: int) -> int:
     """Apply the topic's message TTL to every durable subscription; returns how many moved."""
     ttl_s = topic.message_ttl_s
     if ttl_s <= 0:
@@ -151,7 +177,7 @@ def expire_messages(topic: PersistentTopic, now_ms: int) -> int:
     return _expire_older_than(topic, now_ms - ttl_s * 1000, subscriptions)
 
 
-def check_backlog_quota(topic: PersistentTopic, now_ms: int) -> bool:
+def check_backlog_quota(topic: PolicyTopic, now_ms: int) -> bool:
     """Check (and for ``consumer_backlog_eviction`` enforce) the topic's backlog quota; sets
     ``topic.backlog_blocked`` to the producer policy in force, or None. Returns whether it was exceeded."""
     quota: BacklogQuota = topic.backlog_quota

@@ -10,23 +10,23 @@ released from the head.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from quasar.broker.dedup import DUPLICATE_POSITION, DedupStatus
-from quasar.broker.errors import BrokerError, PersistenceError
-from quasar.errors import QuasarError
+from quasar.broker.access_modes import ProducerAccess, ProducerAccessMode
+from quasar.broker.dedup import DUPLICATE_POSITION, DedupStatus, DisabledDeduplication, MessageDeduplication
+from quasar.broker.errors import PersistenceError, send_error_of
 from quasar.ledger.position import Position
+from quasar.protocol.enums import ServerError
+
+if TYPE_CHECKING:
+    from quasar.protocol import TopicName
+
+__all__ = ["DROPPED_POSITION", "Producer", "ProducerConnection", "ProducerTopic"]
 
 DROPPED_POSITION = Position(-1, -1)
 """Receipt id of a non-persistent publish dropped by the connection's in-flight limit."""
-
-if TYPE_CHECKING:
-    from quasar.broker.topic import PersistentTopic
-
-log = logging.getLogger(__name__)
 
 
 class ProducerConnection(Protocol):
@@ -36,7 +36,9 @@ class ProducerConnection(Protocol):
         self, producer_id: int, sequence_id: int, highest_sequence_id: int, position: Position
     ) -> None: ...
 
-    def send_send_error(self, producer_id: int, sequence_id: int, error: int, message: str) -> None: ...
+    def send_send_error(
+        self, producer_id: int, sequence_id: int, error: ServerError, message: str
+    ) -> None: ...
 
     non_persistent_pending: int
     max_non_persistent_pending: int
@@ -44,6 +46,29 @@ class ProducerConnection(Protocol):
     def close_producer(self, producer: Producer) -> None: ...
 
     def producer_ready(self, producer: Producer, topic_epoch: int) -> None: ...
+
+
+class ProducerTopic(Protocol):
+    """What a producer and the producer commands use of its topic (``PersistentTopic``,
+    ``NonPersistentTopic``)."""
+
+    @property
+    def name(self) -> TopicName: ...
+
+    @property
+    def is_persistent(self) -> bool: ...
+
+    @property
+    def dedup(self) -> MessageDeduplication | DisabledDeduplication: ...
+
+    @property
+    def access(self) -> ProducerAccess[Producer]: ...
+
+    def publish(self, data: memoryview) -> asyncio.Future[Position]:
+        """Append (or fan out) one entry; the future resolves with its position."""
+        ...
+
+    def remove_producer(self, producer: Producer) -> None: ...
 
 
 @dataclass(slots=True)
@@ -61,10 +86,10 @@ class Producer:
 
     producer_id: int
     producer_name: str
-    topic: PersistentTopic
+    topic: ProducerTopic
     cnx: ProducerConnection
     user_provided_name: bool
-    access_mode: int = 0  # CommandProducer.producer_access_mode (access_modes.SHARED ...)
+    access_mode: ProducerAccessMode = ProducerAccessMode.Shared  # CommandProducer.producer_access_mode
     request_id: int = 0  # of the PRODUCER command (a WaitForExclusive producer is answered again with it)
     _pending: deque[_PendingSend] = field(default_factory=deque)
     msg_in_counter: int = 0
@@ -103,7 +128,7 @@ class Producer:
             return
         self.msg_in_counter += num_messages
         self.bytes_in_counter += len(data)
-        future = asyncio.ensure_future(self.topic.publish(data))
+        future = self.topic.publish(data)
         self._pending.append(_PendingSend(sequence_id, highest_sequence_id, future, dedup=dedup.enabled))
         future.add_done_callback(self._on_persisted)
 
@@ -123,7 +148,7 @@ class Producer:
         self.msg_in_counter += num_messages
         self.bytes_in_counter += len(data)
         # the fan-out runs now; the receipt still goes through the queue so receipts keep send order
-        future = asyncio.ensure_future(self.topic.publish(data))
+        future = self.topic.publish(data)
         self._pending.append(
             _PendingSend(sequence_id, highest_sequence_id, future, dedup=False, non_persistent=True)
         )
@@ -134,14 +159,18 @@ class Producer:
             op = self._pending.popleft()
             if op.non_persistent:
                 self.cnx.non_persistent_pending -= 1
-            exc = op.future.exception()
+            future = op.future
+            try:
+                exc = future.exception()
+            except asyncio.CancelledError:  # the ledger was closed under the add
+                exc = PersistenceError("the add of the entry was cancelled")
             if op.dedup:
                 dedup = self.topic.dedup
                 if exc is None:
                     dedup.record_persisted(
                         self.producer_name,
                         max(op.sequence_id, op.highest_sequence_id),
-                        op.future.result(),
+                        future.result(),
                     )
                 else:
                     dedup.record_failed(self.producer_name)
@@ -149,17 +178,20 @@ class Producer:
                 continue
             if exc is None:
                 self.cnx.send_receipt(
-                    self.producer_id, op.sequence_id, op.highest_sequence_id, op.future.result()
+                    self.producer_id, op.sequence_id, op.highest_sequence_id, future.result()
                 )
                 continue
-            if isinstance(exc, BrokerError):
-                code, text = exc.server_error, str(exc)
-            elif isinstance(exc, QuasarError):
-                code, text = PersistenceError.server_error, f"failed to persist entry: {exc}"
-            else:
-                log.error("unexpected error persisting entry of %s", self.producer_name, exc_info=exc)
-                code, text = PersistenceError.server_error, "internal error while persisting entry"
+            code, text = send_error_of(exc)
             self.cnx.send_send_error(self.producer_id, op.sequence_id, code, text)
+
+    def fence(self) -> None:
+        """Disconnect this producer from its client (CLOSE_PRODUCER): fenced, or the backlog quota is
+        exceeded; the client reconnects by itself."""
+        self.cnx.close_producer(self)
+
+    def grant(self, topic_epoch: int) -> None:
+        """This waiting (WaitForExclusive) producer now holds the topic: its client may send."""
+        self.cnx.producer_ready(self, topic_epoch)
 
     @property
     def pending_count(self) -> int:

@@ -1,10 +1,19 @@
 """ServerCnx: one Pulsar binary-protocol connection, on asyncio's Protocol API.
 
-Bytes from the socket go into the sans-IO ``FrameDecoder``; each whole frame is dispatched to a handler in
-``handlers.CommandHandlers`` (one method per command). A malformed frame (``RemoteProtocolError``) closes this
-connection only, with the reason logged; an exception inside a handler is answered with the command's error
-reply where the protocol has one, and never escapes to the event loop. Follows Pulsar's ServerCnx
-(reference/pulsar-protocol.md §6, §8, §10).
+Bytes from the socket go into the sans-IO ``FrameDecoder``; each whole frame goes to the handler its command
+type maps to in the connection's dispatch table. The table is composed of three command families (package
+``quasar.broker.cnx``): ``LookupCommands``, ``ProducerCommands`` and ``ConsumerCommands``, each given this
+connection through a small typed port (``cnx.ports``). Before CONNECT the table holds CONNECT only. Follows
+Pulsar's ServerCnx (reference/pulsar-protocol.md §6, §8, §10).
+
+Failure handling: a malformed frame (``ProtocolError``) closes this connection only, with the reason logged;
+a handler answers the errors it expects with the command's error reply (``errors.server_error_of``); anything
+else escaping a handler, or a task the connection spawned, is a bug: logged with its traceback, and this
+connection is closed. Nothing escapes to the event loop.
+
+Owned background work, cancelled in ``connection_lost``: the keep-alive timer (PING after an idle
+``keep_alive_interval_s``, close after a second silent interval) and the tasks of ``spawn`` (PRODUCER,
+SUBSCRIBE and UNSUBSCRIBE that wait on topic loading or metadata).
 
 Flow control towards the client: when the transport's write buffer passes its high-water mark the connection
 stops being ``writable`` and dispatchers skip its consumers until asyncio calls ``resume_writing``.
@@ -13,13 +22,18 @@ stops being ``writable`` and dispatchers skip its consumers until asyncio calls 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
-from typing import TYPE_CHECKING, Any
+from collections.abc import Coroutine, Mapping
+from typing import TYPE_CHECKING, Any, cast
 
-from quasar.broker.handlers import CommandHandlers
-from quasar.ledger.position import Position
-from quasar.protocol import NEED_DATA, FrameDecoder, commands
+from quasar.broker.cnx.consumers import ConsumerCommands
+from quasar.broker.cnx.lookup import LookupCommands
+from quasar.broker.cnx.ports import FrameHandler, IdRegistry
+from quasar.broker.cnx.producers import ProducerCommands
+from quasar.protocol import NEED_DATA, CommandType, FrameDecoder, commands
+from quasar.protocol.enums import MAX_PROTOCOL_VERSION, ServerError
 from quasar.protocol.errors import ProtocolError
 from quasar.protocol.frame import MESSAGE_SIZE_FRAME_PADDING
 
@@ -28,15 +42,22 @@ if TYPE_CHECKING:
     from quasar.broker.config import BrokerConfig
     from quasar.broker.consumer import Consumer
     from quasar.broker.producer import Producer
+    from quasar.ledger.position import Position
+    from quasar.protocol.decoder import Frame
+
+__all__ = ["SERVER_VERSION", "ServerCnx"]
 
 log = logging.getLogger(__name__)
 
+SERVER_VERSION = "Quasar 0.1.0"
 WRITE_BUFFER_HIGH_WATER = 4 * 1024 * 1024  # bytes
 WRITE_BUFFER_LOW_WATER = 1 * 1024 * 1024  # bytes
 
 
-class ServerCnx(CommandHandlers, asyncio.Protocol):
-    """One client connection: decoder, producers and consumers by id, keep-alive, write-side flow control."""
+class ServerCnx(asyncio.Protocol):
+    """One client connection: decoder, dispatch table, producers and consumers by id, keep-alive, owned
+    tasks, write-side flow control. Implements the ports of ``quasar.broker.cnx`` and the
+    ``ProducerConnection`` / ``ConsumerConnection`` its producers and consumers answer through."""
 
     def __init__(self, service: BrokerService, config: BrokerConfig, connections: set[ServerCnx]) -> None:
         self.service = service
@@ -46,35 +67,38 @@ class ServerCnx(CommandHandlers, asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.remote_address = ""
         self.connected = False  # CONNECT received and answered
+        self.client_version = ""
+        self.protocol_version = 0
         # non-persistent publishes not yet answered (Pulsar nonPersistentPendingMessages) and their limit
         self.non_persistent_pending = 0
         self.max_non_persistent_pending = config.max_concurrent_non_persistent_message_per_connection
-        self.client_version = ""
-        self.protocol_version = 0
-        self.producers: dict[int, Producer] = {}
-        self.consumers: dict[int, Consumer] = {}
-        self.closed_producer_ids: set[int] = set()
-        self.closed_consumer_ids: set[int] = set()
-        self.pending_producer_ids: set[int] = set()  # PRODUCER / SUBSCRIBE still loading their topic
-        self.pending_consumer_ids: set[int] = set()
+        self.producers: IdRegistry[Producer] = IdRegistry()
+        self.consumers: IdRegistry[Consumer] = IdRegistry()
         self._writable = True
         self._closing = False
         self._awaiting_pong = False
         self._keepalive: asyncio.TimerHandle | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._producer_commands = ProducerCommands(self)
+        self._consumer_commands = ConsumerCommands(self)
+        self._connected_handlers: dict[int, FrameHandler] = {
+            **LookupCommands(self).handlers(),
+            **self._producer_commands.handlers(),
+            **self._consumer_commands.handlers(),
+        }
+        self._handlers: Mapping[int, FrameHandler] = {CommandType.CONNECT: self._handle_connect}
 
     # ------------------------------------------------------------------ asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  # uvloop's TCPTransport is not an asyncio.Transport
-        peer = transport.get_extra_info("peername")
+        # a stream transport (uvloop's TCPTransport has the same methods without subclassing asyncio.Transport)
+        self.transport = tcp = cast(asyncio.Transport, transport)
+        peer = tcp.get_extra_info("peername")
         self.remote_address = f"{peer[0]}:{peer[1]}" if peer else "?"
-        sock = transport.get_extra_info("socket")
+        sock = tcp.get_extra_info("socket")
         if sock is not None:
-            try:
+            with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            except OSError:
-                pass
-        transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH_WATER, low=WRITE_BUFFER_LOW_WATER)
+        tcp.set_write_buffer_limits(high=WRITE_BUFFER_HIGH_WATER, low=WRITE_BUFFER_LOW_WATER)
         self._connections.add(self)
         self._schedule_keepalive()
         log.debug("connection from %s", self.remote_address)
@@ -83,16 +107,21 @@ class ServerCnx(CommandHandlers, asyncio.Protocol):
         if self._closing:
             return
         self._awaiting_pong = False
+        decoder = self._decoder
         try:
-            self._decoder.receive_data(data)
+            decoder.receive_data(data)
             while not self._closing:
-                frame = self._decoder.next_frame()
+                frame = decoder.next_frame()
                 if frame is NEED_DATA:
                     break
-                self.handle_frame(frame)
+                handler = self._handlers.get(frame.type)
+                if handler is None:
+                    self._no_handler(frame)
+                else:
+                    handler(frame)
         except ProtocolError as exc:
             self.close(f"protocol error: {exc}")
-        except Exception:
+        except Exception:  # last-resort boundary (logged): a handler's bug closes this connection only
             log.exception("unexpected error on connection %s", self.remote_address)
             self.close("internal error")
 
@@ -104,12 +133,9 @@ class ServerCnx(CommandHandlers, asyncio.Protocol):
         self._connections.discard(self)
         if self._keepalive is not None:
             self._keepalive.cancel()
-        for producer in list(self.producers.values()):
-            self.detach_producer(producer)
-        for consumer in list(self.consumers.values()):
-            self.detach_consumer(consumer)
-        self.producers.clear()
-        self.consumers.clear()
+            self._keepalive = None
+        self._producer_commands.close_all()
+        self._consumer_commands.close_all()
         for task in list(self._tasks):
             task.cancel()
         log.debug("connection from %s closed", self.remote_address)
@@ -119,10 +145,42 @@ class ServerCnx(CommandHandlers, asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._writable = True
-        for consumer in list(self.consumers.values()):
+        for consumer in self.consumers:
             consumer.subscription.schedule_dispatch()
 
-    # ------------------------------------------------------------------ plumbing
+    # ------------------------------------------------------------------ dispatch
+    def _handle_connect(self, frame: Frame) -> None:
+        """CONNECT: agree on the protocol version, answer CONNECTED, and switch to the full dispatch table."""
+        connect = frame.command.connect
+        self.client_version = connect.client_version
+        self.protocol_version = min(connect.protocol_version, MAX_PROTOCOL_VERSION)
+        self.connected = True
+        self._handlers = self._connected_handlers
+        self.write(
+            commands.new_connected(SERVER_VERSION, self.protocol_version, self.config.max_message_size)
+        )
+
+    def _no_handler(self, frame: Frame) -> None:
+        """A command this connection does not serve (yet): before CONNECT anything closes the connection;
+        after it, a command with a request id is answered NotAllowedError, any other closes the connection."""
+        try:
+            name = CommandType(frame.type).name
+        except ValueError:
+            name = str(frame.type)
+        if not self.connected:
+            self.close(f"expected CONNECT as the first command, got {name}")
+            return
+        body = _sub_message(frame)
+        if body is not None and body.DESCRIPTOR.fields_by_name.get("request_id") is not None:
+            self.write(
+                commands.new_error(
+                    body.request_id, ServerError.NotAllowedError, f"command {name} is not supported"
+                )
+            )
+            return
+        self.close(f"command {name} is not supported and has no request id to answer")
+
+    # ------------------------------------------------------------------ the port (cnx.ports)
     @property
     def writable(self) -> bool:
         return self._writable and not self._closing
@@ -140,13 +198,14 @@ class ServerCnx(CommandHandlers, asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
-    def spawn(self, coro: Any) -> None:
-        """Run ``coro`` as a task owned by this connection (cancelled when it closes; errors are logged)."""
-        task = asyncio.ensure_future(coro)
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run ``coro`` as a task owned by this connection (cancelled when it closes; an exception escaping it
+        is logged and closes the connection)."""
+        task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._task_done)
 
-    def _task_done(self, task: asyncio.Task[Any]) -> None:
+    def _task_done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("connection task failed on %s", self.remote_address, exc_info=task.exception())
@@ -157,6 +216,7 @@ class ServerCnx(CommandHandlers, asyncio.Protocol):
         self._keepalive = loop.call_later(self.config.keep_alive_interval_s, self._keepalive_tick)
 
     def _keepalive_tick(self) -> None:
+        self._keepalive = None
         if self._closing:
             return
         if self._awaiting_pong:
@@ -167,7 +227,7 @@ class ServerCnx(CommandHandlers, asyncio.Protocol):
             self.write(commands.new_ping())
         self._schedule_keepalive()
 
-    # ------------------------------------------------------------------ used by producers / consumers
+    # ------------------------------------------------------------------ ProducerConnection
     def send_receipt(
         self, producer_id: int, sequence_id: int, highest_sequence_id: int, position: Position
     ) -> None:
@@ -177,9 +237,18 @@ class ServerCnx(CommandHandlers, asyncio.Protocol):
             )
         )
 
-    def send_send_error(self, producer_id: int, sequence_id: int, error: int, message: str) -> None:
+    def send_send_error(self, producer_id: int, sequence_id: int, error: ServerError, message: str) -> None:
         self.write(commands.new_send_error(producer_id, sequence_id, error, message))
 
+    def close_producer(self, producer: Producer) -> None:
+        """Broker-initiated CLOSE_PRODUCER (fencing, backlog quota)."""
+        self._producer_commands.close_producer(producer)
+
+    def producer_ready(self, producer: Producer, topic_epoch: int) -> None:
+        """PRODUCER_SUCCESS for a waiting producer that now holds the topic."""
+        self._producer_commands.producer_ready(producer, topic_epoch)
+
+    # ------------------------------------------------------------------ ConsumerConnection
     def send_message(
         self,
         consumer_id: int,
@@ -203,30 +272,18 @@ class ServerCnx(CommandHandlers, asyncio.Protocol):
             )
         )
 
-    def close_producer(self, producer: Producer) -> None:
-        """Broker-initiated CLOSE_PRODUCER (backlog quota): detach it; the client reconnects by itself."""
-        if self.producers.get(producer.producer_id) is producer:
-            del self.producers[producer.producer_id]
-            self.closed_producer_ids.add(producer.producer_id)
-        self.detach_producer(producer)
-        self.write(commands.new_close_producer(producer.producer_id, 0))
-
     def send_close_consumer(self, consumer_id: int) -> None:
         """Broker-initiated CLOSE_CONSUMER (seek, unload): the client re-subscribes by itself."""
-        consumer = self.consumers.pop(consumer_id, None)
-        if consumer is not None:
-            self.closed_consumer_ids.add(consumer_id)
-        self.write(commands.new_close_consumer(consumer_id, 0))
+        self._consumer_commands.send_close_consumer(consumer_id)
 
     def send_active_consumer_change(self, consumer_id: int, is_active: bool) -> None:
         """Failover notification; the client only passes it to a consumer event listener."""
         self.write(commands.new_active_consumer_change(consumer_id, is_active))
 
-    def detach_producer(self, producer: Producer) -> None:
-        producer.closed = True
-        producer.topic.remove_producer(producer)
 
-    def detach_consumer(self, consumer: Consumer) -> None:
-        subscription = consumer.subscription
-        subscription.remove_consumer(consumer)
-        subscription.topic.remove_non_durable_if_idle(subscription)
+def _sub_message(frame: Frame) -> Any:
+    """The command's sub-message (the one field set besides ``type``), or None."""
+    for descriptor, value in frame.command.ListFields():
+        if descriptor.name != "type":
+            return value
+    return None

@@ -1,99 +1,52 @@
-"""Subscriptions and their dispatchers (Exclusive, Failover, Shared; Key_Shared in ``key_shared_dispatcher``),
-bounded by consumer permits and unacked-message limits.
+"""Persistent subscriptions: a managed cursor, the consumers attached to it, and its dispatch policy.
 
-Follows Pulsar's PersistentDispatcherSingleActiveConsumer (Exclusive, Failover) and
-PersistentDispatcherMultipleConsumers (Shared): read up to ``max_read_batch_size`` entries from the
-cursor's read position, hand each entry to a consumer with permits (round robin for Shared), and charge it the
-entry's message count. Entries of a consumer that goes away are redelivered: to the remaining consumers
-(Shared), or to the next consumer by rewinding the cursor to the first unacknowledged entry when none is left.
-The stored bytes go out unchanged (the MESSAGE frame is the command header + the stored span); a partly
-acknowledged batch carries the cursor's batch-index ack set, and only its unacknowledged messages are charged
-against permits (PIP-54). Shared and Key_Shared block a consumer at ``max_unacked_messages_per_consumer``
-and the whole subscription at ``max_unacked_messages_per_subscription``, until acks bring the count to half.
+Follows Pulsar's ``PersistentSubscription``: the subscription keeps what every dispatch policy shares, and its
+:class:`~quasar.broker.dispatchers.Dispatcher` (Exclusive, Failover, Shared, Key_Shared; chosen by the first
+consumer's sub type) decides who receives which entry. A round reads up to ``max_read_batch_size`` entries
+from the cursor's read position (redeliveries first), hands each entry to a consumer with permits, and charges
+it the entry's message count. Entries of a consumer that goes away are redelivered: to the remaining consumers
+(Shared, Key_Shared), or to the next consumer by rewinding the cursor to the first unacknowledged entry when
+none is left. The stored bytes go out unchanged (the MESSAGE frame is the command header + the stored span); a
+partly acknowledged batch carries the cursor's batch-index ack set, and only its unacknowledged messages are
+charged against permits (PIP-54). Shared and Key_Shared block a consumer at
+``max_unacked_messages_per_consumer`` and the whole subscription at ``max_unacked_messages_per_subscription``,
+until acks bring the count to half.
+
+Timers the subscription owns (cancelled by :meth:`Subscription.close`, which the topic calls when it drops
+the subscription): the coalesced dispatch round, a reader's idle timer (``drop_if_idle_after``), and the
+delayed-delivery timer of a Shared dispatcher.
 """
 
 from __future__ import annotations
 
 import asyncio
-import bisect
-import enum
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from quasar.broker.consumer import Consumer
-from quasar.broker.delayed import DelayedDeliveryTracker
+from quasar.broker.consumer import Consumer, ConsumerTopic
+from quasar.broker.dispatchers import Dispatcher, MultipleConsumersDispatcher, SingleActiveConsumerDispatcher
 from quasar.broker.errors import ConsumerBusyError
-from quasar.broker.key_shared import sticky_key_hash
-from quasar.broker.key_shared_dispatcher import KeySharedDispatch, KeySharedMeta
+from quasar.broker.key_shared import KeySharedMeta
+from quasar.broker.key_shared_dispatcher import KeySharedDispatcher
+from quasar.errors import QuasarError
 from quasar.ledger.entry import Entry
 from quasar.ledger.managed_cursor import ManagedCursor
 from quasar.ledger.position import Position
-from quasar.protocol import num_messages, parse_headers_and_payload
+from quasar.protocol.ack_set import ack_set_words
+from quasar.protocol.enums import SubType
 
 if TYPE_CHECKING:
-    from quasar.broker.topic import PersistentTopic
+    from quasar.ledger.managed_ledger import ManagedLedger
+    from quasar.protocol import TopicName
+
+__all__ = ["Subscription", "SubscriptionOptions", "SubscriptionTopic"]
 
 log = logging.getLogger(__name__)
 
-
-class SubType(enum.IntEnum):
-    """CommandSubscribe.SubType (PulsarApi.proto)."""
-
-    EXCLUSIVE = 0
-    SHARED = 1
-    FAILOVER = 2
-    KEY_SHARED = 3
-
-
-_INDIVIDUAL_ACK_TYPES = frozenset({SubType.SHARED, SubType.KEY_SHARED})
-_WORD = (1 << 64) - 1
-
-
-def _to_signed_words(bits: int) -> list[int]:
-    """A bit set as the int64 words of a Pulsar ack_set (bit i of word w = index 64*w+i)."""
-    words = []
-    while bits:
-        word = bits & _WORD
-        words.append(word - (1 << 64) if word >= 1 << 63 else word)
-        bits >>= 64
-    return words
-
-
-def ack_set_bits(words: Iterable[int]) -> int:
-    """Pulsar ack_set words (int64, possibly negative) as one non-negative bit set."""
-    bits = 0
-    for i, word in enumerate(words):
-        bits |= (word & _WORD) << (64 * i)
-    return bits
-
-
-FAILOVER_RING_REPLICAS = 100  # Pulsar CONSUMER_CONSISTENT_HASH_REPLICAS
-
-
-def failover_ring_pick(consumers: list[Consumer], topic_name: str) -> Consumer:
-    """Active consumer of a non-partitioned Failover topic (Pulsar ``peekConsumerIndexFromHashRing``): a ring
-    of 100 points per consumer at ``murmur3(consumer_name + str(j))``; the ceiling of ``murmur3(topic)``."""
-    ring: dict[int, int] = {}
-    for index, consumer in enumerate(consumers):
-        for j in range(FAILOVER_RING_REPLICAS):
-            ring[sticky_key_hash(f"{consumer.consumer_name}{j}".encode())] = index
-    target = sticky_key_hash(topic_name.encode())
-    points = sorted(ring)
-    at = bisect.bisect_left(points, target)
-    return consumers[ring[points[at if at < len(points) else 0]]]
-
-
-def entry_dispatch_info(data: memoryview) -> tuple[int, int]:
-    """(messages in the entry, deliver_at_time in ms or 0) from the stored entry's MessageMetadata."""
-    metadata = parse_headers_and_payload(data).metadata
-    return num_messages(metadata), metadata.deliver_at_time if metadata.HasField("deliver_at_time") else 0
-
-
-def entry_num_messages(data: memoryview) -> int:
-    """Messages in a stored entry: ``num_messages_in_batch`` when present, else 1 (parses metadata only)."""
-    return num_messages(parse_headers_and_payload(data).metadata)
+DISPATCH_ROUNDS_PER_CALLBACK = 16
+"""Dispatch rounds per event-loop callback, so one busy subscription cannot starve the loop."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -102,7 +55,9 @@ class SubscriptionOptions:
     ``max_read_batch_size`` entries per read (dispatcherMaxReadBatchSize 100);
     ``max_unacked_messages_per_consumer`` / ``_per_subscription`` (50,000 / 200,000; 0 disables; Shared and
     Key_Shared only); ``key_shared_use_consistent_hashing`` (subscriptionKeySharedUseConsistentHashing, true)
-    and ``key_shared_replica_points`` (subscriptionKeySharedConsistentHashingReplicaPoints, 100)."""
+    and ``key_shared_replica_points`` (subscriptionKeySharedConsistentHashingReplicaPoints, 100);
+    ``delayed_delivery_enabled``, ``delayed_delivery_tick_time_ms`` (1000) and
+    ``delayed_delivery_deliver_at_time_strict`` (false): Shared delayed delivery."""
 
     max_read_batch_size: int = 100
     max_unacked_messages_per_consumer: int = 50_000
@@ -112,6 +67,25 @@ class SubscriptionOptions:
     delayed_delivery_enabled: bool = True
     delayed_delivery_tick_time_ms: int = 1000
     delayed_delivery_deliver_at_time_strict: bool = False
+
+
+class SubscriptionTopic(ConsumerTopic, Protocol):
+    """What a persistent subscription, its dispatcher and the consumer commands use of its topic
+    (``PersistentTopic`` implements it)."""
+
+    @property
+    def name(self) -> TopicName: ...
+
+    @property
+    def ledger(self) -> ManagedLedger: ...
+
+    def remove_non_durable_if_idle(self, subscription: Subscription) -> None:
+        """Drop ``subscription`` if it is a reader's and no consumer is attached."""
+        ...
+
+    def find_position_by_publish_time(self, publish_time_ms: int) -> Position:
+        """First entry published at or after ``publish_time_ms`` (the position after the last when none)."""
+        ...
 
 
 class Subscription:
@@ -125,7 +99,7 @@ class Subscription:
 
     def __init__(
         self,
-        topic: PersistentTopic,
+        topic: SubscriptionTopic,
         name: str,
         cursor: ManagedCursor,
         *,
@@ -136,30 +110,32 @@ class Subscription:
         self.name = name
         self.cursor = cursor
         self.durable = durable
-        self.sub_type: SubType | None = None
         self.consumers: list[Consumer] = []
         options = options or SubscriptionOptions()
         self.options = options
         self.max_read_batch_size = options.max_read_batch_size
-        self._rr_index = 0
-        self._active: Consumer | None = None  # Exclusive / Failover: the one consumer that receives
+        self.dispatcher: Dispatcher | None = None  # chosen by the first consumer; kept for its sub type
         # position -> consumer holding it (delivered, not acked)
         self._pending: dict[Position, Consumer] = {}
         # positions to deliver again (redeliveries; Key_Shared: entries parked to keep key order)
         self.replay_positions: set[Position] = set()
         self.redelivery_counts: dict[Position, int] = {}
-        self._scheduled = False
+        self._dispatch_handle: asyncio.Handle | None = None  # the pending dispatch round, if any
+        self._idle_timer: asyncio.TimerHandle | None = None
         self.msg_out_counter = 0
         self.max_unacked_messages_per_consumer = options.max_unacked_messages_per_consumer
         self.max_unacked_messages_per_subscription = options.max_unacked_messages_per_subscription
-        self.unacked_messages = 0  # over every consumer, kept by _add_pending / _remove_pending
+        self.unacked_messages = 0  # over every consumer, kept by deliver / _forget / redeliveries
         self.blocked_on_unacked = False
-        self.key_shared: KeySharedDispatch | None = None
-        self.delayed = DelayedDeliveryTracker(
-            self._on_delayed_due,
-            tick_ms=options.delayed_delivery_tick_time_ms,
-            strict=options.delayed_delivery_deliver_at_time_strict,
-        )
+
+    @property
+    def sub_type(self) -> SubType | None:
+        """The sub type of the consumers (of the last ones, while none is attached); None before the first."""
+        return None if self.dispatcher is None else self.dispatcher.sub_type
+
+    @property
+    def _individual_ack(self) -> bool:
+        return self.dispatcher is not None and self.dispatcher.individual_ack
 
     # ------------------------------------------------------------------ consumers
     def add_consumer(
@@ -168,39 +144,51 @@ class Subscription:
         """Attach ``consumer``. Raises ConsumerBusyError as Pulsar does: a second consumer on an Exclusive
         subscription, or a sub type different from the one the subscription has while consumers are attached;
         ConsumerAssignError for a Key_Shared consumer that cannot be placed (mode mismatch, STICKY ranges).
+        The first consumer (while none is attached) chooses the dispatch policy.
         """
-        if self.consumers:
-            if sub_type != self.sub_type:
+        dispatcher = self.dispatcher
+        if self.consumers and dispatcher is not None:
+            if sub_type != dispatcher.sub_type:
                 raise ConsumerBusyError(f"Subscription {self.name} is of different type")
-            if sub_type == SubType.EXCLUSIVE:
-                raise ConsumerBusyError(
-                    f"Exclusive consumer is already connected on subscription {self.name}"
-                )
-        if sub_type == SubType.KEY_SHARED:
-            meta = key_shared_meta or KeySharedMeta()
-            if self.key_shared is None or not self.consumers:
-                self.key_shared = KeySharedDispatch(
-                    self,
-                    meta,
-                    use_consistent_hashing=self.options.key_shared_use_consistent_hashing,
-                    replica_points=self.options.key_shared_replica_points,
-                )
-            self.key_shared.add_consumer(consumer, meta)
         else:
-            self.key_shared = None
-        self.sub_type = sub_type
+            dispatcher = self._new_dispatcher(sub_type, key_shared_meta)
+        dispatcher.add_consumer(consumer, key_shared_meta)
+        if dispatcher is not self.dispatcher:
+            if self.dispatcher is not None:
+                self.dispatcher.close()
+            self.dispatcher = dispatcher
         self.consumers.append(consumer)
-        self._update_active_consumer()
+        dispatcher.consumers_changed()
         self._update_blocked()
         self.schedule_dispatch()
+
+    def _new_dispatcher(self, sub_type: SubType, meta: KeySharedMeta | None) -> Dispatcher:
+        """The dispatch policy for ``sub_type`` (``meta``: the first Key_Shared consumer's keySharedMeta)."""
+        options = self.options
+        if sub_type == SubType.Shared:
+            return MultipleConsumersDispatcher(
+                self,
+                delayed_delivery_enabled=options.delayed_delivery_enabled,
+                tick_ms=options.delayed_delivery_tick_time_ms,
+                strict=options.delayed_delivery_deliver_at_time_strict,
+            )
+        if sub_type == SubType.Key_Shared:
+            return KeySharedDispatcher(
+                self,
+                meta or KeySharedMeta(),
+                use_consistent_hashing=options.key_shared_use_consistent_hashing,
+                replica_points=options.key_shared_replica_points,
+            )
+        return SingleActiveConsumerDispatcher(self, sub_type)
 
     def remove_consumer(self, consumer: Consumer) -> None:
         """Detach ``consumer``; its unacknowledged entries become redeliverable."""
         if consumer not in self.consumers:
             return
         self.consumers.remove(consumer)
-        if self.key_shared is not None:
-            self.key_shared.remove_consumer(consumer)
+        dispatcher = self.dispatcher
+        if dispatcher is not None:
+            dispatcher.remove_consumer(consumer)
         for position in consumer.pending_acks:
             if self._pending.get(position) is consumer:
                 del self._pending[position]
@@ -212,38 +200,57 @@ class Subscription:
             self._pending.clear()
             self.replay_positions.clear()
             self.unacked_messages = 0
-            self.delayed.clear()  # re-read from the first unacknowledged entry: tracked again
+            if dispatcher is not None:
+                dispatcher.close()  # delayed entries are read (and tracked) again after the rewind
             self.cursor.rewind()
         self._update_blocked()
-        self._update_active_consumer()
+        if dispatcher is not None:
+            dispatcher.consumers_changed()
         self.schedule_dispatch()
 
-    def _update_active_consumer(self) -> None:
-        """Failover: pick the active consumer as Pulsar's PersistentDispatcherSingleActiveConsumer does
-        (consumers ordered by priority level, then name, the highest-priority group only; a partition picks
-        ``partition_index % count``, a non-partitioned topic the hash-ring choice of ``failover_ring_pick``), tell
-        every consumer whether it is active (ACTIVE_CONSUMER_CHANGE), and rewind the cursor on a change so the
-        new active consumer receives everything not yet acknowledged."""
-        if self.sub_type != SubType.FAILOVER or not self.consumers:
-            self._active = self.consumers[0] if self.consumers else None
-            return
-        ordered = sorted(self.consumers, key=lambda c: (c.priority_level, c.consumer_name))
-        top = [c for c in ordered if c.priority_level == ordered[0].priority_level]  # highest priority group
-        if self.topic.partition_index >= 0:
-            active = top[self.topic.partition_index % len(top)]
-        else:
-            active = failover_ring_pick(top, self.topic.name.full_name)
-        changed = active is not self._active
-        self._active = active
-        if changed:
-            for consumer in self.consumers:
-                consumer.clear_pending()
-            self.unacked_messages = 0
-            self._pending.clear()
-            self.replay_positions.clear()
-            self.cursor.rewind()
+    def rewind_delivery(self) -> None:
+        """Forget every delivery in flight and rewind the cursor to the first unacknowledged entry (a Failover
+        subscription whose active consumer changed: the new one receives everything not yet acknowledged)."""
         for consumer in self.consumers:
-            consumer.cnx.send_active_consumer_change(consumer.consumer_id, consumer is active)
+            consumer.clear_pending()
+        self.unacked_messages = 0
+        self._pending.clear()
+        self.replay_positions.clear()
+        self.cursor.rewind()
+
+    def close_consumers(self) -> None:
+        """Disconnect every consumer (broker-initiated CLOSE_CONSUMER); clients reconnect by themselves."""
+        for consumer in list(self.consumers):
+            consumer.cnx.send_close_consumer(consumer.consumer_id)
+            self.remove_consumer(consumer)
+
+    def drop_if_idle(self) -> None:
+        """Ask the topic to drop this subscription now if it is non-durable and no consumer is attached."""
+        self.topic.remove_non_durable_if_idle(self)
+
+    def drop_if_idle_after(self, delay_s: float) -> None:
+        """In ``delay_s`` seconds, ask the topic to drop this (non-durable) subscription if no consumer is
+        attached then. A reader's subscription outlives a SEEK this way, so that its re-subscribe finds the
+        reset cursor. A later call replaces the timer; :meth:`close` cancels it."""
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+        self._idle_timer = asyncio.get_running_loop().call_later(delay_s, self._on_idle_timer)
+
+    def _on_idle_timer(self) -> None:
+        self._idle_timer = None
+        self.drop_if_idle()
+
+    def close(self) -> None:
+        """Cancel the subscription's timers: the pending dispatch round, the idle timer and the dispatcher's
+        (delayed delivery). The topic calls this when it drops the subscription. Idempotent."""
+        if self._dispatch_handle is not None:
+            self._dispatch_handle.cancel()
+            self._dispatch_handle = None
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+        if self.dispatcher is not None:
+            self.dispatcher.close()
 
     # ------------------------------------------------------------------ acks
     def _forget(self, position: Position) -> None:
@@ -255,8 +262,8 @@ class Subscription:
                 self.unacked_messages -= count
         self.replay_positions.discard(position)
         self.redelivery_counts.pop(position, None)
-        if self.key_shared is not None:
-            self.key_shared.forget(position)
+        if self.dispatcher is not None:
+            self.dispatcher.forget(position)
 
     def ack_individual(self, consumer: Consumer, positions: Iterable[Position]) -> None:
         """Individually acknowledge whole entries (CommandAck Individual). Raises
@@ -297,7 +304,7 @@ class Subscription:
         Pulsar ignores cumulative acks on Shared and Key_Shared subscriptions (semantics.md gotcha #9).
         Raises ``InvalidCursorPositionError`` past the last entry.
         """
-        if self.sub_type in (SubType.SHARED, SubType.KEY_SHARED):
+        if self._individual_ack:
             log.warning("received cumulative ack on shared subscription %s, ignoring", self.name)
             return
         cursor = self.cursor
@@ -314,10 +321,6 @@ class Subscription:
         self.replay_positions = {p for p in self.replay_positions if p > mark_delete}
         self._after_acks()
 
-    def _on_delayed_due(self, positions: list[Position]) -> None:
-        self.replay_positions.update(p for p in positions if not self.cursor.is_acked(p))
-        self.schedule_dispatch()
-
     def expire_until(self, position: Position) -> None:
         """Move the mark-delete position to ``position`` for any sub type (message TTL, backlog eviction):
         the entries up to it count as acknowledged and are no longer pending or redelivered."""
@@ -332,15 +335,15 @@ class Subscription:
         self._after_acks()
 
     def _after_acks(self) -> None:
-        if self.key_shared is not None:
-            self.key_shared.on_acks()
+        if self.dispatcher is not None:
+            self.dispatcher.on_acks()
         self._update_blocked()
         self.schedule_dispatch()
 
     def _update_blocked(self) -> None:
         """Block / unblock consumers and the whole dispatcher on unacked messages (Shared and Key_Shared only,
         Pulsar ``isIndividualAckMode``): blocked at the limit, unblocked at half of it; 0 disables."""
-        if self.sub_type not in (SubType.SHARED, SubType.KEY_SHARED):
+        if not self._individual_ack:
             return
         limit = self.max_unacked_messages_per_consumer
         for consumer in self.consumers:
@@ -363,7 +366,7 @@ class Subscription:
         Key_Shared: negative acks and ack timeouts), or all of its unacknowledged entries when ``positions``
         is None or the subscription is Exclusive/Failover. Each redelivered entry's redelivery_count grows by
         one (what the client's dead-letter policy reads)."""
-        if positions is None or self.sub_type in (SubType.EXCLUSIVE, SubType.FAILOVER):
+        if positions is None or not self._individual_ack:
             targets = list(consumer.pending_acks)
         else:
             targets = [p for p in positions if p in consumer.pending_acks]
@@ -381,46 +384,30 @@ class Subscription:
     # ------------------------------------------------------------------ dispatch
     def schedule_dispatch(self) -> None:
         """Run a dispatch round soon (coalesced: at most one pending round per subscription)."""
-        if not self._scheduled and self.consumers:
-            self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._dispatch_round)
+        if self._dispatch_handle is None and self.consumers:
+            self._dispatch_handle = asyncio.get_running_loop().call_soon(self._dispatch_round)
 
     def _dispatch_round(self) -> None:
-        self._scheduled = False
+        self._dispatch_handle = None
+        dispatcher = self.dispatcher
+        if dispatcher is None:
+            return
         try:
-            for _ in range(16):  # bounded so one busy subscription cannot starve the loop
-                if not self._dispatch_once():
+            for _ in range(DISPATCH_ROUNDS_PER_CALLBACK):
+                if not dispatcher.dispatch_once():
                     return
             self.schedule_dispatch()
-        except Exception:
+        except QuasarError:  # a read that failed, an entry that cannot be parsed: retried on the next trigger
             log.exception("dispatch failed on %s/%s", self.topic.name, self.name)
 
-    def _ready_consumers(self) -> list[Consumer]:
-        if self.sub_type in (SubType.EXCLUSIVE, SubType.FAILOVER):
-            active = self._active
-            return [active] if active is not None and active.permits > 0 and active.cnx.writable else []
-        if self.blocked_on_unacked:
-            return []
-        return [c for c in self.consumers if c.permits > 0 and not c.blocked and c.cnx.writable]
+    def add_replays(self, positions: Iterable[Position]) -> None:
+        """Deliver ``positions`` again (delayed entries now due), skipping those acknowledged meanwhile."""
+        self.replay_positions.update(p for p in positions if not self.cursor.is_acked(p))
+        self.schedule_dispatch()
 
-    def _dispatch_once(self) -> bool:
-        """One read + send round. Returns True when more may be dispatched right away."""
-        if self.key_shared is not None:
-            return self.key_shared.dispatch_once()
-        ready = self._ready_consumers()
-        if not ready:
-            return False
-        budget = min(sum(c.permits for c in ready), self.max_read_batch_size)
-        from_cursor = not self.replay_positions
-        entries = self.cursor.read_entries(budget) if from_cursor else self._read_redeliveries(budget)
-        if not entries:
-            return not from_cursor and bool(self.replay_positions)
-        unsent = self._send(entries, ready)
-        if unsent is not None and from_cursor:
-            self.cursor.seek(entries[unsent].position)
-        return unsent is None
-
-    def _read_redeliveries(self, budget: int) -> list[Entry]:
+    def read_redeliveries(self, budget: int) -> list[Entry]:
+        """Up to ``budget`` entries of the replay set, in position order (acknowledged and trimmed positions
+        leave the set)."""
         entries: list[Entry] = []
         for position in sorted(self.replay_positions):
             if len(entries) >= budget:
@@ -435,24 +422,6 @@ class Subscription:
             entries.append(entry)
         return entries
 
-    def _send(self, entries: list[Entry], ready: list[Consumer]) -> int | None:
-        """Send ``entries`` to consumers in ``ready``; returns the index of the first unsent entry, or None.
-        On Shared subscriptions an entry whose deliver_at_time lies ahead goes to the delayed tracker."""
-        track_delays = self.sub_type == SubType.SHARED and self.options.delayed_delivery_enabled
-        for i, entry in enumerate(entries):
-            count, deliver_at = entry_dispatch_info(entry.data)
-            if deliver_at and track_delays and self.delayed.is_delayed(deliver_at):
-                self.delayed.add(entry.position, deliver_at)
-                self.replay_positions.discard(entry.position)
-                continue
-            consumer = self._pick(ready)
-            if consumer is None:
-                return i
-            self.deliver(consumer, entry, count)
-            if consumer.blocked:
-                ready = [c for c in ready if not c.blocked]
-        return None
-
     def deliver(self, consumer: Consumer, entry: Entry, count: int) -> None:
         """Send one entry (``count`` messages) to ``consumer``: charge permits, record it as pending, and send
         the stored bytes with the entry's redelivery count and, for a partly acked batch, its ack_set."""
@@ -461,7 +430,7 @@ class Subscription:
         remaining = self.cursor.batch_ack_set(position)
         if remaining is not None:  # partly acked batch: only the unacked indexes count (PIP-54)
             count = min(remaining.bit_count(), count)
-            ack_words = _to_signed_words(remaining)
+            ack_words = ack_set_words(remaining)
         consumer.permits -= count
         consumer.add_pending(position, count)
         self.unacked_messages += count
@@ -479,23 +448,5 @@ class Subscription:
             ack_words,
         )
         limit = self.max_unacked_messages_per_consumer
-        if limit > 0 and consumer.unacked_messages >= limit and self.sub_type in _INDIVIDUAL_ACK_TYPES:
+        if limit > 0 and consumer.unacked_messages >= limit and self._individual_ack:
             self._update_blocked()
-
-    def _pick(self, ready: list[Consumer]) -> Consumer | None:
-        if self.blocked_on_unacked:
-            return None
-        n = len(ready)
-        for k in range(n):
-            consumer = ready[(self._rr_index + k) % n]
-            if consumer.permits > 0 and not consumer.blocked and consumer.cnx.writable:
-                self._rr_index = (self._rr_index + k + 1) % max(n, 1)
-                return consumer
-        return None
-
-    # ------------------------------------------------------------------ stats
-    def close_consumers(self) -> None:
-        """Disconnect every consumer (broker-initiated CLOSE_CONSUMER); clients reconnect by themselves."""
-        for consumer in list(self.consumers):
-            consumer.cnx.send_close_consumer(consumer.consumer_id)
-            self.remove_consumer(consumer)

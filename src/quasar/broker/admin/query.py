@@ -29,7 +29,9 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from quasar.broker.errors import NamespaceNotFoundError, TopicNotFoundError
+from quasar.broker.admin.app_keys import SERVICE_KEY
+from quasar.broker.errors import NamespaceNotFoundError, NotAllowedError, TopicNotFoundError
+from quasar.broker.topic import PersistentTopic
 from quasar.protocol import TopicName
 from quasar.protocol.compression import decompress
 from quasar.protocol.errors import InvalidTopicNameError
@@ -90,7 +92,8 @@ def pulsar_entry_keys(topic: str, body: memoryview) -> list[str]:
     protobuf's ``DecodeError`` on a malformed entry (the store counts and skips those)."""
     view = body if isinstance(body, memoryview) else memoryview(body)
     metadata_start, metadata_end = _metadata_span(view)
-    metadata = MessageMetadata.FromString(view[metadata_start:metadata_end])
+    # upb parses any buffer; the stub says bytes, and a copy per entry would cost the reput thread
+    metadata = MessageMetadata.FromString(view[metadata_start:metadata_end])  # type: ignore[arg-type]
     keys = [metadata.partition_key] if metadata.HasField("partition_key") else []
     if metadata.HasField("num_messages_in_batch") and not metadata.encryption_keys:
         payload: bytes | memoryview = view[metadata_end:]
@@ -170,18 +173,19 @@ def _json(
 
 async def query_messages(request: web.Request) -> web.Response:
     """``GET .../{topic}/messages?key=K&from=MS&to=MS&max=N`` (see the module docstring). Answers errors
-    itself as ``{"reason": ...}`` (400 bad parameter or topic name, 404 unknown topic or namespace)."""
+    itself as ``{"reason": ...}`` (400 bad parameter or topic name, 404 unknown topic or namespace, 405 a
+    non-persistent topic, which stores nothing to query)."""
     try:
         return await _query_messages(request)
     except (ValueError, InvalidTopicNameError) as exc:
         return web.json_response({"reason": str(exc)}, status=400)
+    except NotAllowedError as exc:
+        return web.json_response({"reason": str(exc)}, status=405)
     except (TopicNotFoundError, NamespaceNotFoundError) as exc:
         return web.json_response({"reason": str(exc)}, status=404)
 
 
 async def _query_messages(request: web.Request) -> web.Response:
-    from quasar.broker.admin.routes import SERVICE_KEY  # lazy: routes.py imports this module
-
     key = request.query.get("key", "")
     if not key:
         raise ValueError("query parameter 'key' is required")
@@ -200,7 +204,12 @@ async def _query_messages(request: web.Request) -> web.Response:
     targets = [(topic.partition(i), i) for i in range(partitions)] if partitions > 0 else [(topic, -1)]
     results: list[dict[str, Any]] = []
     for target, partition in targets:
-        ledger = (await service.get_or_create_topic(target, create=False)).ledger
+        loaded = await service.get_or_create_topic(target, create=False)
+        if not isinstance(loaded, PersistentTopic):
+            raise NotAllowedError(
+                f"{target.full_name} is not persistent: only stored messages can be queried"
+            )
+        ledger = loaded.ledger
         ledgers = [(info.first_queue_offset, info.ledger_id) for info in ledger.ledgers]
         last_confirmed = ledger.last_confirmed_entry
         for message in store.query(target.full_name, key, begin_ms, end_ms, max_num):

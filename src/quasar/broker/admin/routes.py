@@ -12,6 +12,8 @@ from typing import Any
 
 from aiohttp import web
 
+from quasar.broker.admin import query as query_routes
+from quasar.broker.admin.app_keys import SERVICE_KEY
 from quasar.broker.broker_service import BrokerService, TopicExistsError
 from quasar.broker.errors import BrokerError, NamespaceNotFoundError, NotAllowedError, TopicNotFoundError
 from quasar.broker.policies import BACKLOG_QUOTA, MESSAGE_TTL, RETENTION, BacklogQuota, parse_retention
@@ -20,7 +22,6 @@ from quasar.protocol.errors import InvalidTopicNameError
 
 log = logging.getLogger(__name__)
 
-SERVICE_KEY = web.AppKey("service", BrokerService)
 DOMAINS = ("persistent", "non-persistent")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -414,8 +415,6 @@ def build_admin_app(service: BrokerService) -> web.Application:
     """The admin REST application for ``service``."""
     app = web.Application(middlewares=[_errors_middleware], client_max_size=1024 * 1024)
     app[SERVICE_KEY] = service
-    from quasar.broker.admin import query as query_routes
-
     query_routes.register(app)  # GET .../{topic}/messages?key=K&from=MS&to=MS (RocketMQ queryMessage)
     topic = "/admin/v2/{domain}/{tenant}/{namespace}/{topic}"
     app.add_routes(

@@ -1,0 +1,118 @@
+"""Connection and lookup commands: CONNECT (a second one), PING, PONG, AUTH_RESPONSE, PARTITIONED_METADATA,
+LOOKUP, GET_TOPICS_OF_NAMESPACE and GET_SCHEMA (reference/pulsar-protocol.md §6).
+
+The first CONNECT is answered by ServerCnx itself (it switches the connection to its full dispatch table);
+everything here runs once connected. Lookups are answered from BrokerService's in-memory metadata: this
+standalone broker owns every topic, so LOOKUP always answers Connect with its own URL (Pulsar standalone).
+Failures answer the command's error reply with the ServerError of ``errors.server_error_of``.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import TYPE_CHECKING
+
+from quasar.broker.cnx.ports import CommandPort, HandlerTable
+from quasar.broker.errors import NamespaceNotFoundError, server_error_of
+from quasar.errors import QuasarError
+from quasar.protocol import CommandType, TopicName, commands
+from quasar.protocol.enums import ServerError
+
+if TYPE_CHECKING:
+    from quasar.protocol.decoder import Frame
+
+__all__ = ["LookupCommands", "TopicsMode"]
+
+
+class TopicsMode(enum.IntEnum):
+    """``CommandGetTopicsOfNamespace.Mode``: which domains a namespace listing covers."""
+
+    PERSISTENT = 0
+    NON_PERSISTENT = 1
+    ALL = 2
+
+
+class LookupCommands:
+    """The connection-level and lookup commands of one connection."""
+
+    def __init__(self, cnx: CommandPort) -> None:
+        self._cnx = cnx
+
+    def handlers(self) -> HandlerTable:
+        return {
+            CommandType.CONNECT: self.handle_connect_again,
+            CommandType.PING: self.handle_ping,
+            CommandType.PONG: self.handle_pong,
+            CommandType.AUTH_RESPONSE: self.handle_auth_response,
+            CommandType.PARTITIONED_METADATA: self.handle_partitioned_metadata,
+            CommandType.LOOKUP: self.handle_lookup,
+            CommandType.GET_TOPICS_OF_NAMESPACE: self.handle_get_topics_of_namespace,
+            CommandType.GET_SCHEMA: self.handle_get_schema,
+        }
+
+    # ------------------------------------------------------------------ connection
+    def handle_connect_again(self, frame: Frame) -> None:
+        self._cnx.close("CONNECT received twice on one connection")
+
+    def handle_ping(self, frame: Frame) -> None:
+        self._cnx.write(commands.new_pong())
+
+    def handle_pong(self, frame: Frame) -> None:
+        pass  # any received frame already cleared the keep-alive flag
+
+    def handle_auth_response(self, frame: Frame) -> None:
+        pass  # this broker never sends AUTH_CHALLENGE; a stray response is harmless
+
+    # ------------------------------------------------------------------ lookup
+    def handle_partitioned_metadata(self, frame: Frame) -> None:
+        """PARTITIONED_METADATA: the partition count (0 = not partitioned); InvalidTopicName on a bad name."""
+        cmd = frame.command.partitionMetadata
+        try:
+            partitions = self._cnx.service.partitions(TopicName.parse(cmd.topic))
+        except QuasarError as exc:
+            code, message = server_error_of(exc)
+            self._cnx.write(commands.new_partitioned_metadata_error(cmd.request_id, code, message))
+            return
+        self._cnx.write(commands.new_partitioned_metadata_response(cmd.request_id, partitions))
+
+    def handle_lookup(self, frame: Frame) -> None:
+        """LOOKUP: Connect to this broker; MetadataError for a topic in an unknown namespace."""
+        cmd = frame.command.lookupTopic
+        service = self._cnx.service
+        try:
+            topic = TopicName.parse(cmd.topic)
+            if not service.namespace_exists(topic.namespace_name):
+                raise NamespaceNotFoundError(f"Namespace {topic.namespace_name} does not exist")
+        except QuasarError as exc:
+            code, message = server_error_of(exc)
+            self._cnx.write(commands.new_lookup_error(cmd.request_id, code, message))
+            return
+        self._cnx.write(
+            commands.new_lookup_response(cmd.request_id, service.broker_service_url, authoritative=True)
+        )
+
+    def handle_get_topics_of_namespace(self, frame: Frame) -> None:
+        """GET_TOPICS_OF_NAMESPACE: the topics of the namespace in the requested domains (``TopicsMode``)."""
+        cmd = frame.command.getTopicsOfNamespace
+        service = self._cnx.service
+        mode = int(cmd.mode)
+        try:
+            if not service.namespace_exists(cmd.namespace):
+                raise NamespaceNotFoundError(f"Namespace {cmd.namespace} does not exist")
+            topics: list[str] = []
+            if mode in (TopicsMode.PERSISTENT, TopicsMode.ALL):
+                topics += service.list_topics(cmd.namespace, "persistent")
+            if mode in (TopicsMode.NON_PERSISTENT, TopicsMode.ALL):
+                topics += service.list_topics(cmd.namespace, "non-persistent")
+        except QuasarError as exc:
+            code, message = server_error_of(exc)
+            self._cnx.write(commands.new_error(cmd.request_id, code, message))
+            return
+        self._cnx.write(commands.new_get_topics_of_namespace_response(cmd.request_id, topics))
+
+    def handle_get_schema(self, frame: Frame) -> None:
+        """GET_SCHEMA: this broker stores no schemas (clients fall back to bytes)."""
+        cmd = frame.command.getSchema
+        self._cnx.write(
+            commands.new_get_schema_error(cmd.request_id, ServerError.TopicNotFound, "Schema not found")
+        )

@@ -1,0 +1,214 @@
+"""Producer commands: PRODUCER, SEND and CLOSE_PRODUCER (reference/pulsar-protocol.md §6), plus the
+broker-initiated replies of a producer (PRODUCER_SUCCESS once a waiting producer holds the topic,
+CLOSE_PRODUCER on fencing or backlog quota).
+
+PRODUCER loads its topic (metadata reads, for a new topic writes) in a task the connection owns, as Pulsar's
+``handleProducer`` chains futures: the producer id is reserved meanwhile, so a retried PRODUCER with that id is
+refused with ServiceNotReady, and a CLOSE_PRODUCER that arrives before the task ends wins (the producer is
+dropped and the PRODUCER answered ServiceNotReady). SEND is the publish hot path: one dictionary look-up for
+the producer, the size and checksum checks, and ``Producer.publish``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from quasar.broker.access_modes import ProducerAccessMode
+from quasar.broker.cnx.ports import HandlerTable, ProducerPort
+from quasar.broker.errors import ProducerBusyError, ServiceNotReadyError, server_error_of
+from quasar.broker.producer import Producer
+from quasar.errors import QuasarError
+from quasar.protocol import CommandType, TopicName, commands, num_messages, parse_headers_and_payload
+from quasar.protocol.enums import InitialPosition, ServerError
+from quasar.protocol.errors import ProtocolError
+
+if TYPE_CHECKING:
+    from quasar.protocol.decoder import Frame
+    from quasar.protocol.pb import CommandProducer
+
+__all__ = ["ProducerCommands"]
+
+log = logging.getLogger(__name__)
+
+
+class ProducerCommands:
+    """The producers of one connection: their commands, and the replies a producer needs later."""
+
+    def __init__(self, cnx: ProducerPort) -> None:
+        self._cnx = cnx
+        self._producers = cnx.producers
+        self._by_id = cnx.producers.active  # the SEND path looks producers up here directly
+        self._max_message_size = cnx.config.max_message_size
+
+    def handlers(self) -> HandlerTable:
+        return {
+            CommandType.PRODUCER: self.handle_producer,
+            CommandType.SEND: self.handle_send,
+            CommandType.CLOSE_PRODUCER: self.handle_close_producer,
+        }
+
+    # ------------------------------------------------------------------ PRODUCER
+    def handle_producer(self, frame: Frame) -> None:
+        """PRODUCER: answered at once for an id already in use, else created in a task (module docstring)."""
+        cmd = frame.command.producer
+        existing = self._producers.get(cmd.producer_id)
+        if existing is not None:
+            if existing.topic.name.full_name == cmd.topic:  # a retry of the same PRODUCER: idempotent
+                last_sequence_id = existing.topic.dedup.last_published_sequence_id(existing.producer_name)
+                self._cnx.write(
+                    commands.new_producer_success(cmd.request_id, existing.producer_name, last_sequence_id)
+                )
+            else:
+                self._reply_error(
+                    cmd.request_id, ServiceNotReadyError("Producer is already present on the connection")
+                )
+            return
+        if cmd.producer_id in self._producers.pending:
+            self._reply_error(
+                cmd.request_id, ServiceNotReadyError("Producer is already being created on the connection")
+            )
+            return
+        self._producers.reserve(cmd.producer_id)
+        self._cnx.spawn(self._create_producer(cmd))
+
+    async def _create_producer(self, cmd: CommandProducer) -> None:
+        try:
+            producer, ready = await self._new_producer(cmd)
+        except QuasarError as exc:
+            self._reply_error(cmd.request_id, exc)
+            return
+        finally:
+            self._producers.release(cmd.producer_id)
+        if self._producers.was_closed(cmd.producer_id):  # CLOSE_PRODUCER arrived while it was being created
+            self.detach(producer)
+            self._reply_error(cmd.request_id, ServiceNotReadyError("Producer was closed"))
+            return
+        self._producers.add(cmd.producer_id, producer)
+        if not ready:  # WaitForExclusive on a busy topic: answered again once it holds the topic
+            self._cnx.write(
+                commands.new_producer_success(
+                    cmd.request_id, producer.producer_name, -1, producer_ready=False
+                )
+            )
+            return
+        self.producer_ready(producer, producer.topic.access.topic_epoch)
+
+    async def _new_producer(self, cmd: CommandProducer) -> tuple[Producer, bool]:
+        """Load the topic and attach a producer to it; the flag is False while it waits for exclusive access.
+        Raises the BrokerErrors of ``add_producer`` and the topic's loading errors."""
+        service = self._cnx.service
+        topic = await service.get_or_create_topic(TopicName.parse(cmd.topic))
+        try:
+            access_mode = ProducerAccessMode(cmd.producer_access_mode)
+        except ValueError:
+            raise ProducerBusyError(f"unknown producer access mode {cmd.producer_access_mode}") from None
+        user_provided = bool(cmd.producer_name)
+        producer = Producer(
+            cmd.producer_id,
+            cmd.producer_name if user_provided else service.generate_producer_name(),
+            topic,
+            self._cnx,
+            user_provided,
+            access_mode=access_mode,
+            request_id=cmd.request_id,
+        )
+        if cmd.initial_subscription_name and topic.is_persistent:
+            # Pulsar ServerCnx.handleProducer: create the producer's initial subscription at Earliest
+            # (used by the client's dead-letter producer, DeadLetterPolicy.initialSubscriptionName).
+            await topic.get_or_create_subscription(
+                cmd.initial_subscription_name, durable=True, initial_position=InitialPosition.Earliest
+            )
+        return producer, topic.add_producer(producer)
+
+    def producer_ready(self, producer: Producer, topic_epoch: int) -> None:
+        """PRODUCER_SUCCESS for a producer that may send now (with ``topic_epoch`` for exclusive modes)."""
+        last_sequence_id = producer.topic.dedup.last_published_sequence_id(producer.producer_name)
+        mode = producer.access_mode
+        self._cnx.write(
+            commands.new_producer_success(
+                producer.request_id,
+                producer.producer_name,
+                last_sequence_id,
+                topic_epoch=topic_epoch if mode != ProducerAccessMode.Shared else None,
+                producer_ready=True if mode == ProducerAccessMode.WaitForExclusive else None,
+            )
+        )
+
+    # ------------------------------------------------------------------ SEND
+    def handle_send(self, frame: Frame) -> None:
+        """SEND: publish one entry (a whole client batch). A SEND for a closed producer is ignored, for an
+        unknown one closes the connection; a bad checksum or an oversized entry answers SEND_ERROR."""
+        cmd = frame.command.send
+        producer = self._by_id.get(cmd.producer_id)
+        if producer is None:
+            if self._producers.was_closed(cmd.producer_id):
+                log.debug("SEND for recently closed producer %d ignored", cmd.producer_id)
+                return
+            self._cnx.close(f"SEND for unknown producer id {cmd.producer_id}")
+            return
+        data = frame.headers_and_payload
+        if data is None:
+            self._cnx.close("SEND frame without metadata and payload")
+            return
+        if frame.checksum_ok is False:
+            self._cnx.write(
+                commands.new_send_error(
+                    cmd.producer_id,
+                    cmd.sequence_id,
+                    ServerError.ChecksumError,
+                    "Checksum failed on the broker",
+                )
+            )
+            return
+        # Chunks are exempt (Pulsar isExceedMaximumMessageSize returns false for chunked publishes): the C++
+        # client sizes a chunk's payload to max_message_size minus the metadata, so its headers and payload
+        # slightly exceed it; the frame decoder still bounds the frame.
+        if not cmd.is_chunk and len(data) > self._max_message_size:
+            self._cnx.write(
+                commands.new_send_error(
+                    cmd.producer_id,
+                    cmd.sequence_id,
+                    ServerError.NotAllowedError,
+                    f"message of {len(data)} bytes exceeds max_message_size {self._max_message_size}",
+                )
+            )
+            return
+        try:
+            count = num_messages(parse_headers_and_payload(data).metadata)
+        except ProtocolError as exc:
+            self._cnx.close(f"SEND with malformed message metadata: {exc}")
+            return
+        highest = cmd.highest_sequence_id if cmd.HasField("highest_sequence_id") else 0
+        producer.publish(cmd.sequence_id, highest, count, data)
+
+    # ------------------------------------------------------------------ closing
+    def handle_close_producer(self, frame: Frame) -> None:
+        """CLOSE_PRODUCER: detach the producer (or mark a pending one closed) and answer SUCCESS."""
+        cmd = frame.command.close_producer
+        producer = self._producers.close(cmd.producer_id)
+        if producer is not None:
+            self.detach(producer)
+        self._cnx.write(commands.new_success(cmd.request_id))
+
+    def close_producer(self, producer: Producer) -> None:
+        """Broker-initiated CLOSE_PRODUCER (fencing, backlog quota): detach it; the client reconnects by
+        itself."""
+        if self._producers.get(producer.producer_id) is producer:
+            self._producers.close(producer.producer_id)
+        self.detach(producer)
+        self._cnx.write(commands.new_close_producer(producer.producer_id, 0))
+
+    def detach(self, producer: Producer) -> None:
+        """Take ``producer`` off its topic; receipts still in flight are not sent."""
+        producer.closed = True
+        producer.topic.remove_producer(producer)
+
+    def close_all(self) -> None:
+        """The connection closed: detach every producer."""
+        for producer in self._producers.clear():
+            self.detach(producer)
+
+    def _reply_error(self, request_id: int, exc: QuasarError) -> None:
+        code, message = server_error_of(exc)
+        self._cnx.write(commands.new_error(request_id, code, message))

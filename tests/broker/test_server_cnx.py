@@ -1,0 +1,184 @@
+"""ServerCnx with its command families: dispatch before/after CONNECT, PRODUCER/SUBSCRIBE created in owned
+tasks (a CLOSE meanwhile wins), owned tasks and timers cancelled when the connection is lost."""
+
+from __future__ import annotations
+
+import asyncio
+
+from quasar.broker.config import BrokerConfig
+from quasar.broker.non_persistent import NonPersistentTopic
+from quasar.broker.server_cnx import ServerCnx
+from quasar.protocol import NEED_DATA, CommandType, FrameDecoder, TopicName, commands, requests
+from quasar.protocol.decoder import Frame
+from quasar.protocol.enums import ServerError
+from quasar.protocol.frame import encode_command
+from quasar.protocol.pb import BaseCommand
+
+TOPIC = "non-persistent://public/default/t"
+
+
+class FakeTransport:
+    def __init__(self) -> None:
+        self.out = bytearray()
+        self.closed = False
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return default
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        pass
+
+    def write(self, data: bytes) -> None:
+        self.out += data
+
+    def writelines(self, parts: list[bytes]) -> None:
+        for part in parts:
+            self.out += part
+
+    def close(self) -> None:
+        self.closed = True
+
+    def frames(self) -> list[Frame]:
+        """Every frame written since the last call."""
+        decoder = FrameDecoder()
+        decoder.receive_data(bytes(self.out))
+        self.out.clear()
+        frames = []
+        while (frame := decoder.next_frame()) is not NEED_DATA:
+            frames.append(frame)
+        return frames
+
+
+class FakeService:
+    """Just what the command families use; topic loading waits for ``gate``."""
+
+    broker_service_url = "pulsar://test:6650"
+
+    def __init__(self) -> None:
+        self.gate = asyncio.Event()
+        self.topic = NonPersistentTopic(TopicName.parse(TOPIC))
+
+    async def get_or_create_topic(self, topic: TopicName) -> NonPersistentTopic:
+        await self.gate.wait()
+        return self.topic
+
+    def generate_producer_name(self) -> str:
+        return "standalone-1-1"
+
+    def check_consumer_limits(self, topic: object, subscription: object) -> None:
+        pass
+
+    def namespace_exists(self, namespace: str) -> bool:
+        return namespace == "public/default"
+
+    def partitions(self, topic: TopicName) -> int:
+        return 0
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+def connected() -> tuple[ServerCnx, FakeTransport, FakeService]:
+    service = FakeService()
+    cnx = ServerCnx(service, BrokerConfig(keep_alive_interval_s=30), set())  # type: ignore[arg-type]
+    transport = FakeTransport()
+    cnx.connection_made(transport)  # type: ignore[arg-type]
+    cnx.data_received(requests.new_connect("test-client"))
+    assert [f.type for f in transport.frames()] == [CommandType.CONNECTED]
+    return cnx, transport, service
+
+
+async def test_commands_before_connect_close_the_connection():
+    cnx = ServerCnx(FakeService(), BrokerConfig(), set())  # type: ignore[arg-type]
+    transport = FakeTransport()
+    cnx.connection_made(transport)  # type: ignore[arg-type]
+    cnx.data_received(commands.new_ping())
+    assert transport.closed
+    cnx.connection_lost(None)
+
+
+async def test_a_second_connect_closes_and_ping_is_answered():
+    cnx, transport, _ = connected()
+    cnx.data_received(commands.new_ping())
+    assert [f.type for f in transport.frames()] == [CommandType.PONG]
+    cnx.data_received(requests.new_connect("again"))
+    assert transport.closed
+    cnx.connection_lost(None)
+
+
+async def test_close_producer_while_it_is_being_created_wins():
+    cnx, transport, service = connected()
+    cnx.data_received(requests.new_producer(TOPIC, 1, 10))
+    cnx.data_received(requests.new_producer(TOPIC, 1, 11))  # retried while pending: refused
+    cnx.data_received(commands.new_close_producer(1, 12))
+    await settle()
+    refused, closed = transport.frames()
+    assert refused.command.error.request_id == 11
+    assert refused.command.error.error == ServerError.ServiceNotReady
+    assert closed.type == CommandType.SUCCESS and closed.command.success.request_id == 12
+    service.gate.set()
+    await settle()
+    (answer,) = transport.frames()
+    assert answer.command.error.request_id == 10
+    assert answer.command.error.error == ServerError.ServiceNotReady
+    assert service.topic.producers == {}  # the CLOSE won: nothing stays attached
+    cnx.data_received(requests.new_producer(TOPIC, 1, 13))  # the id may be used again
+    await settle()
+    (success,) = transport.frames()
+    assert success.type == CommandType.PRODUCER_SUCCESS and success.command.producer_success.request_id == 13
+    assert list(service.topic.producers) == ["standalone-1-1"]
+    cnx.connection_lost(None)
+    assert service.topic.producers == {}
+
+
+async def test_close_consumer_while_it_is_being_created_wins():
+    cnx, transport, service = connected()
+    cnx.data_received(requests.new_subscribe(TOPIC, "s", 0, 7, 20))
+    cnx.data_received(commands.new_close_consumer(7, 21))
+    service.gate.set()
+    await settle()
+    closed, answer = transport.frames()
+    assert closed.command.success.request_id == 21
+    assert answer.command.error.request_id == 20 and answer.command.error.error == ServerError.ServiceNotReady
+    assert service.topic.subscriptions == {}  # the subscription left with its only consumer
+    cnx.connection_lost(None)
+
+
+async def test_connection_lost_cancels_owned_tasks_and_keepalive():
+    cnx, transport, service = connected()
+    cnx.data_received(requests.new_producer(TOPIC, 1, 10))
+    await settle()
+    assert cnx.producers.pending == {1}
+    cnx.connection_lost(None)
+    await settle()
+    assert cnx.producers.pending == set()  # the creating task was cancelled
+    service.gate.set()
+    await settle()
+    assert service.topic.producers == {}
+    assert transport.frames() == []
+
+
+async def test_lookup_and_unknown_commands():
+    cnx, transport, _ = connected()
+    cnx.data_received(requests.new_lookup("persistent://nope/ns/t", 3))
+    cnx.data_received(requests.new_lookup("persistent://public/default/t", 4))
+    unknown = BaseCommand(type=BaseCommand.NEW_TXN)
+    unknown.newTxn.request_id = 5
+    cnx.data_received(encode_command(unknown))
+    missing, found, refused = transport.frames()
+    assert missing.command.lookupTopicResponse.error == ServerError.MetadataError
+    assert found.command.lookupTopicResponse.brokerServiceUrl == "pulsar://test:6650"
+    assert (
+        refused.command.error.request_id == 5 and refused.command.error.error == ServerError.NotAllowedError
+    )
+    assert not transport.closed
+    cnx.connection_lost(None)
+
+
+async def test_send_for_an_unknown_producer_closes_the_connection():
+    cnx, transport, _ = connected()
+    cnx.data_received(requests.new_send(9, 0, b"\x00\x00\x00\x00payload"))
+    assert transport.closed
+    cnx.connection_lost(None)
