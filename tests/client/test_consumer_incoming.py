@@ -4,13 +4,14 @@ parsed Message accessors, per-entry duplicate filtering and the batch acker's ho
 from __future__ import annotations
 
 import struct
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from quasar.client.ack_grouping import AckGroupingTracker, BatchAcker
-from quasar.client.consumer import Consumer
+from quasar.client.consumer_incoming import DeliveryFilter
 from quasar.client.errors import InvalidMessageError
 from quasar.client.message import Message, ReceivedEntry, encode_single_metadata, unpack_batch
 from quasar.protocol import MessageId, pb
@@ -94,7 +95,7 @@ def test_fast_scan_keeps_metadata_unparsed_and_accessors_parse_it():
     assert messages[0].redelivery_count() == 3
     assert messages[0].schema_version() == b"v1"
     assert messages[0].topic_name().endswith("-partition-2")
-    assert messages[0]._consumer == "consumer"
+    assert messages[0].entry.consumer == "consumer"
     assert messages[0].message_id() is messages[0].message_id()  # built once
 
 
@@ -128,7 +129,7 @@ def test_keep_skips_items_and_counts_them():
     payload = b"".join(_item(encode_single_metadata(1, i), bytes([65 + i])) for i in range(4))
     messages, skipped = unpack_batch(payload, _entry(4), keep=lambda index: index % 2 == 1)
     assert [m.data() for m in messages] == [b"B", b"D"]
-    assert [m._index for m in messages] == [1, 3]
+    assert [m.batch_index for m in messages] == [1, 3]
     assert skipped == 2
 
 
@@ -158,36 +159,31 @@ def test_batch_acker_ack_index_returns_the_remaining_bitmap():
     assert acker.size((9, 9)) == 0
 
 
-def _filter_host(acks: AckGroupingTracker, start: MessageId | None = None) -> Consumer:
-    consumer = object.__new__(Consumer)
-    consumer._acks = acks
-    consumer._last_dequeued = None
-    consumer._start_message_id = start
-    consumer._start_inclusive = False
-    return consumer
+def _filter_host(acks: AckGroupingTracker, start: MessageId | None = None) -> DeliveryFilter:
+    return DeliveryFilter(SimpleNamespace(grouping=acks), SimpleNamespace(last_dequeued=None), start, False)
 
 
 def test_batch_filter_decides_duplicates_per_entry_when_it_can():
     acks = AckGroupingTracker()
     host = _filter_host(acks)
-    assert host._batch_filter(1, 5, None) is None  # nothing acked: keep everything
+    assert host.batch_filter(1, 5, None) is None  # nothing acked: keep everything
     acks.add_individual((1, 5))
-    keep = host._batch_filter(1, 5, None)
+    keep = host.batch_filter(1, 5, None)
     assert keep is not None and not any(keep(i) for i in range(3))  # the whole entry is acked
-    assert host._batch_filter(1, 6, None) is None
-    keep = host._batch_filter(1, 6, 0b010)  # ack_set from the broker: only item 1 unacked
+    assert host.batch_filter(1, 6, None) is None
+    keep = host.batch_filter(1, 6, 0b010)  # ack_set from the broker: only item 1 unacked
     assert keep is not None and [keep(i) for i in range(3)] == [False, True, False]
     acks.add_cumulative(1, 7, 1)  # cumulative ack inside entry (1, 7): per item
-    keep = host._batch_filter(1, 7, None)
+    keep = host.batch_filter(1, 7, None)
     assert keep is not None and [keep(i) for i in range(4)] == [False, False, True, True]
     assert not any(keep(i) for i in range(2))
-    keep = host._batch_filter(1, 3, None)
+    keep = host.batch_filter(1, 3, None)
     assert keep is not None and not keep(0)  # before the cumulative ack
 
 
 def test_batch_filter_applies_the_start_message_id():
     host = _filter_host(AckGroupingTracker(), start=MessageId(1, 5, -1, 1))
-    keep = host._batch_filter(1, 5, None)
+    keep = host.batch_filter(1, 5, None)
     assert keep is not None and [keep(i) for i in range(4)] == [False, False, True, True]
-    keep = host._batch_filter(1, 6, None)
+    keep = host.batch_filter(1, 6, None)
     assert keep is not None and all(keep(i) for i in range(4))

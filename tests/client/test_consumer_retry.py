@@ -41,7 +41,7 @@ def _now_ms() -> int:
 
 
 def _deliver_at(message: qc.Message) -> int:
-    return message._entry.metadata.deliver_at_time
+    return message.entry.metadata.deliver_at_time
 
 
 def _id_text(message: qc.Message) -> str:

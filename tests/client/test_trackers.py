@@ -6,10 +6,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from quasar.client.ack_grouping import AckGroupingTracker, BatchAcker, ack_set_words
+from quasar.client.ack_grouping import AckGroupingTracker, BatchAcker
 from quasar.client.config import ClientConfig, ConsumerConfig, DeadLetterPolicy, ProducerConfig, ReaderConfig
 from quasar.client.negative_acks import NegativeAcksTracker, UnackedMessageTracker
 from quasar.protocol import AckType
+from quasar.protocol.ack_set import ack_set_words
 
 
 def test_individual_acks_group_until_flush_and_flush_at_max_size():

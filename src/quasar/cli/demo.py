@@ -38,13 +38,21 @@ import uuid
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
-from urllib.parse import quote, urlsplit
+from urllib.parse import urlsplit
 
 import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from quasar.cli.demo_topic import (
+    DEFAULT_ADMIN_URL,
+    DEFAULT_SERVICE_URL,
+    DEFAULT_TOPIC,
+    DEFAULT_TOPIC_NAME,
+    InvalidTopicNameError,
+    TopicName,
+)
 from quasar.cli.flights import (
     DemoError,
     FlightSample,
@@ -71,9 +79,6 @@ __all__ = [
     "run_flights_demo",
 ]
 
-DEFAULT_SERVICE_URL = "pulsar://127.0.0.1:6650"
-DEFAULT_ADMIN_URL = "http://127.0.0.1:8080"
-DEFAULT_TOPIC = "persistent://public/default/flights"
 #: Message property carrying the run id, so a run ignores what earlier runs left on a reused topic.
 RUN_PROPERTY = "quasar-demo-run"
 #: Seconds the consumer keeps receiving after the last expected flight, to catch duplicates.
@@ -82,60 +87,12 @@ DRAIN_TIMEOUT_S = 1.0
 EXIT_OK, EXIT_VERIFICATION_FAILED, EXIT_CANNOT_RUN = 0, 1, 3
 
 
-class InvalidTopicNameError(DemoError, ValueError):
-    """The topic name is not ``name``, ``tenant/namespace/name`` or ``persistent://tenant/namespace/name``."""
-
-
 class AdminApiError(DemoError):
     """The admin REST API is unreachable or refused the request; ``status``: the HTTP status, or None."""
 
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
-
-
-@dataclass(frozen=True, slots=True)
-class TopicName:
-    """A persistent topic name, ``persistent://tenant/namespace/local_name`` (Pulsar's ``TopicName``)."""
-
-    tenant: str
-    namespace: str
-    local_name: str
-
-    @classmethod
-    def parse(cls, name: str) -> TopicName:
-        """Parse ``name`` (short names default to tenant ``public``, namespace ``default``, as in Pulsar).
-
-        Raises:
-            InvalidTopicNameError: empty parts, a non-persistent domain, a ``-partition-N`` name, or a wrong
-                number of path parts.
-        """
-        rest = name
-        if "://" in name:
-            domain, rest = name.split("://", 1)
-            if domain != "persistent":
-                raise InvalidTopicNameError(
-                    f"{name!r}: the demo needs a persistent:// topic, not {domain}://"
-                )
-        parts = rest.split("/")
-        if len(parts) == 1:
-            parts = ["public", "default", *parts]
-        if len(parts) != 3 or not all(parts):
-            raise InvalidTopicNameError(
-                f"{name!r}: expected 'name', 'tenant/namespace/name' or 'persistent://tenant/namespace/name'"
-            )
-        if "-partition-" in parts[2]:
-            raise InvalidTopicNameError(f"{name!r}: give the partitioned topic's name, not one partition's")
-        return cls(*parts)
-
-    def __str__(self) -> str:
-        return f"persistent://{self.tenant}/{self.namespace}/{self.local_name}"
-
-    @property
-    def partitions_path(self) -> str:
-        """The admin v2 path of this topic's partitioned-topic metadata."""
-        parts = (quote(p, safe="") for p in (self.tenant, self.namespace, self.local_name))
-        return "/admin/v2/persistent/{}/{}/{}/partitions".format(*parts)
 
 
 def _admin_request(
@@ -207,7 +164,7 @@ class FlightsDemoConfig:
 
     service_url: str = DEFAULT_SERVICE_URL
     admin_url: str = DEFAULT_ADMIN_URL
-    topic: TopicName = TopicName("public", "default", "flights")
+    topic: TopicName = DEFAULT_TOPIC_NAME
     partitions: int = 4
     limit: int | None = None
     idle_timeout_s: float = 10.0

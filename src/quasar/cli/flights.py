@@ -38,10 +38,11 @@ import json
 import zipfile
 from array import array
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from quasar.errors import QuasarError
@@ -131,7 +132,7 @@ class FlightSample:
     """
 
     carriers: list[str] = field(default_factory=list)
-    event_times_ms: array = field(default_factory=lambda: array("q"))
+    event_times_ms: array[int] = field(default_factory=lambda: array("q"))
     payloads: list[bytes] = field(default_factory=list)
     dep_delays: list[int | None] = field(default_factory=list)
 
@@ -143,7 +144,7 @@ class FlightSample:
         return Counter(self.carriers)
 
 
-def _read_csv_rows(data_dir: Path, name: str) -> Iterator[list[str]]:
+def _read_csv_rows(data_dir: Path, name: str) -> Generator[list[str], None, None]:
     """Yield the rows (header first) of ``name``, from ``data_dir/<name>.zip`` or else ``data_dir/<name>``."""
     zipped = data_dir / f"{name}.zip"
     try:
@@ -200,7 +201,7 @@ def _fill(sample: FlightSample, rows: Iterator[list[str]], limit: int | None) ->
     i_when = [COLUMNS.index(name) for name in ("year", "month", "day", "hour", "minute")]
     i_carrier, i_dep_delay = COLUMNS.index("carrier"), COLUMNS.index("dep_delay")
     width = len(COLUMNS)
-    hour_start_ms: dict[tuple, int] = {}
+    hour_start_ms: dict[tuple[int, int, int, int], int] = {}
     dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
     carriers, event_times, payloads, dep_delays = (
         sample.carriers,
@@ -215,7 +216,7 @@ def _fill(sample: FlightSample, rows: Iterator[list[str]], limit: int | None) ->
         if len(row) != width:
             raise FlightsDataError(f"flights.csv row {row_id}: {len(row)} fields, expected {width}")
         try:
-            values = [
+            values: list[Any] = [
                 None if value == _NA else (value if text else int(value))
                 for text, value in zip(is_text, row, strict=True)
             ]

@@ -32,6 +32,7 @@ import math
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from quasar.cli.demo import DEFAULT_ADMIN_URL, DEFAULT_SERVICE_URL, DEFAULT_TOPIC, TopicName
+from quasar.cli.demo_topic import DEFAULT_ADMIN_URL, DEFAULT_SERVICE_URL, DEFAULT_TOPIC, TopicName
 from quasar.cli.flights import DemoError, airline_names, load_flights
 
 __all__ = [
@@ -170,7 +171,7 @@ def _ensure_topic(admin_url: str, topic: str) -> None:
         raise PipelineError(f"cannot reach the admin API at {admin_url}: {exc}") from exc
 
 
-def _wait(queries: list[Any], done, timeout_s: float, what: str) -> None:
+def _wait(queries: list[Any], done: Callable[[], bool], timeout_s: float, what: str) -> None:
     """Poll until ``done()`` or a query fails; PipelineError on failure or timeout."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -216,7 +217,11 @@ def run_flights_pipeline(spark: Any, config: PipelineConfig) -> dict[str, Carrie
     register(spark)
     _ensure_topic(config.admin_url, config.control_topic)
     owned = config.work_dir is None
-    work = Path(tempfile.mkdtemp(prefix="quasar-pipeline-")) if owned else Path(config.work_dir)
+    work = (
+        Path(config.work_dir)
+        if config.work_dir is not None
+        else Path(tempfile.mkdtemp(prefix="quasar-pipeline-"))
+    )
     parquet_dir = work / "flight-stats.parquet"
     queries: list[Any] = []
     try:
@@ -444,6 +449,9 @@ def flights_pipeline(
     except DemoError as exc:
         raise click.BadParameter(str(exc)) from exc
     try:
+        from py4j.protocol import Py4JError
+        from pyspark.errors import PySparkException
+
         from quasar.spark import QuasarSparkError
     except ImportError as exc:
         Console(stderr=True).print(f"[bold red]error:[/] the pipeline needs pyspark>=4.0 and pyarrow: {exc}")
@@ -456,10 +464,8 @@ def flights_pipeline(
             totals = run_flights_pipeline(spark, config)
         with console.status("computing the same statistics with pandas"):
             expected = pandas_totals(limit)
-    except (DemoError, QuasarSparkError) as exc:
-        Console(stderr=True).print(f"[bold red]error:[/] {type(exc).__name__}: {exc}", highlight=False)
-        raise SystemExit(EXIT_CANNOT_RUN) from None
-    except Exception as exc:  # Spark wraps Python errors in its own (py4j, StreamingQueryException, ...)
+    # Spark wraps Python errors in its own: PySparkException (StreamingQueryException, ...) and py4j's errors
+    except (DemoError, QuasarSparkError, PySparkException, Py4JError, OSError) as exc:
         Console(stderr=True).print(f"[bold red]error:[/] {type(exc).__name__}: {exc}", highlight=False)
         raise SystemExit(EXIT_CANNOT_RUN) from None
     console.print(_table(totals))

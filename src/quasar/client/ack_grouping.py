@@ -12,7 +12,7 @@ C++ ``AckGroupingTrackerEnabled``, ``BatchMessageAcker``). Pure: no I/O, no time
 * Batches (:class:`BatchAcker`): without batch-index ack, an entry is acked only when all its items were
   acked; a cumulative ack in the middle of a batch acks the previous entry ``(L, E-1)``. With batch-index ack
   a partial ack carries ``ack_set`` = Java ``BitSet.toLongArray`` words where bit i set means item i is still
-  unacked (int64 words, bit i in word i // 64).
+  unacked (int64 words, bit i in word i // 64; :func:`quasar.protocol.ack_set.ack_set_words` builds them).
 """
 
 from __future__ import annotations
@@ -21,19 +21,9 @@ from dataclasses import dataclass
 
 from quasar.protocol import AckType
 
-__all__ = ["AckGroupingTracker", "BatchAcker", "PendingAck", "ack_set_words"]
+__all__ = ["AckGroupingTracker", "BatchAcker", "PendingAck"]
 
 EntryKey = tuple[int, int]
-_INT64_SIGN = 1 << 63
-
-
-def ack_set_words(unacked: int, size: int) -> list[int]:
-    """Bitmap ``unacked`` (bit i = item i unacked) of ``size`` items -> signed int64 words, LSB first."""
-    words = []
-    for start in range(0, max(size, 1), 64):
-        word = (unacked >> start) & 0xFFFFFFFFFFFFFFFF
-        words.append(word - (1 << 64) if word & _INT64_SIGN else word)
-    return words
 
 
 @dataclass(frozen=True, slots=True)

@@ -71,7 +71,8 @@ class AsyncClient:
         """Client-wide consumer id counter (from 0)."""
         return next(self._consumer_ids)
 
-    def _forget(self, handle: Any) -> None:
+    def forget(self, handle: object) -> None:
+        """Stop tracking a producer / consumer that closed itself (they call it at the end of ``close``)."""
         self._handles.discard(handle)
 
     def _check_open(self) -> None:
@@ -96,7 +97,7 @@ class AsyncClient:
             producer = PartitionedProducer(self, name, config, partitions)
         else:
             producer = Producer(self, name.full_name, config)
-        await producer._start()
+        await producer.start()
         self._handles.add(producer)
         return producer
 
@@ -148,13 +149,14 @@ class AsyncClient:
             names = list(dict.fromkeys(full_topic(t).full_name for t in topics))
             consumer = MultiTopicsConsumer(self, names, subscription_name, config)
         else:
-            name = full_topic(topics).full_name
+            parsed = full_topic(topics)
+            name = parsed.full_name
             partitions = await self.lookup.get_partitioned_metadata(name)
             if partitions > 0:
                 consumer = MultiTopicsConsumer(self, [name], subscription_name, config)
-            else:
-                consumer = Consumer(self, name, subscription_name, config)
-        await consumer._start()
+            else:  # one topic, or one partition: its ids carry that partition's index (Java, C++)
+                consumer = Consumer(self, name, subscription_name, config, partition=parsed.partition_index)
+        await consumer.start()
         self._handles.add(consumer)
         return consumer
 
@@ -167,7 +169,8 @@ class AsyncClient:
             TypeError / ValueError: bad arguments; connection / broker errors as ``subscribe``.
         """
         self._check_open()
-        name = full_topic(topic).full_name
+        parsed = full_topic(topic)
+        name = parsed.full_name
         if config is None:
             config = ReaderConfig(start_message_id, **kwargs)
         elif kwargs:
@@ -189,14 +192,14 @@ class AsyncClient:
             )  # fmt: skip
         else:
             consumer = Consumer(
-                self, name, subscription, consumer_config, durable=False,
+                self, name, subscription, consumer_config, partition=parsed.partition_index, durable=False,
                 start_message_id=config.start_message_id, start_inclusive=config.start_message_id_inclusive,
             )  # fmt: skip
-        await consumer._start()
+        await consumer.start()
         reader = Reader(consumer, config.start_message_id, config.start_message_id_inclusive)
         if config.reader_listener is not None:
             listener = config.reader_listener
-            consumer._start_listener(lambda _c, m: listener(reader, m), reader)
+            consumer.start_listener(lambda _c, m: listener(reader, m), reader)
         self._handles.add(consumer)
         return reader
 

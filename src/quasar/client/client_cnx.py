@@ -51,19 +51,29 @@ _PARTITIONS_FAILED = 1
 
 
 class ProducerHandler(Protocol):
-    """What a producer registered on a connection receives."""
+    """What a producer registered on a connection receives (called on the loop thread)."""
 
-    def _on_receipt(self, frame: Frame) -> None: ...
-    def _on_send_error(self, frame: Frame) -> None: ...
-    def _on_connection_closed(self, cnx: ClientCnx) -> None: ...
+    def on_receipt(self, frame: Frame) -> None:
+        """A SEND_RECEIPT addressed to the producer."""
+
+    def on_send_error(self, frame: Frame) -> None:
+        """A SEND_ERROR addressed to the producer."""
+
+    def on_connection_closed(self, cnx: ClientCnx) -> None:
+        """``cnx`` is gone, or the broker sent CLOSE_PRODUCER (the producer is no longer registered)."""
 
 
 class ConsumerHandler(Protocol):
-    """What a consumer registered on a connection receives."""
+    """What a consumer registered on a connection receives (called on the loop thread)."""
 
-    def _on_message(self, frame: Frame) -> None: ...
-    def _on_connection_closed(self, cnx: ClientCnx) -> None: ...
-    def _on_active_consumer_change(self, is_active: bool) -> None: ...
+    def on_message(self, frame: Frame) -> None:
+        """A MESSAGE addressed to the consumer."""
+
+    def on_connection_closed(self, cnx: ClientCnx) -> None:
+        """``cnx`` is gone, or the broker sent CLOSE_CONSUMER (the consumer is no longer registered)."""
+
+    def on_active_consumer_change(self, is_active: bool) -> None:
+        """ACTIVE_CONSUMER_CHANGE (Failover subscriptions)."""
 
 
 class ClientCnx(asyncio.Protocol):
@@ -157,7 +167,7 @@ class ClientCnx(asyncio.Protocol):
         try:
             async with asyncio.timeout(connection_timeout):
                 _, cnx = await loop.create_connection(factory, address[0], address[1])
-                await asyncio.shield(cnx._connected)
+                await cnx.wait_connected()
         except TimeoutError:
             raise ConnectError(f"connecting to {address[0]}:{address[1]} timed out") from None
         except OSError as exc:
@@ -167,6 +177,14 @@ class ClientCnx(asyncio.Protocol):
                 f"{address[0]}:{address[1]} closed the connection during the handshake"
             ) from exc
         return cnx
+
+    async def wait_connected(self) -> None:
+        """Wait for CONNECTED.
+
+        Raises:
+            ConnectionClosedError: the connection ended before CONNECTED arrived.
+        """
+        await asyncio.shield(self._connected)
 
     @property
     def is_closed(self) -> bool:
@@ -220,9 +238,9 @@ class ClientCnx(asyncio.Protocol):
         producers, self._producers = self._producers, {}
         consumers, self._consumers = self._consumers, {}
         for producer in producers.values():
-            producer._on_connection_closed(self)
+            producer.on_connection_closed(self)
         for consumer in consumers.values():
-            consumer._on_connection_closed(self)
+            consumer.on_connection_closed(self)
 
     def close(self, reason: BaseException | None = None) -> None:
         """Close the connection (pending requests fail with ConnectionClosedError)."""
@@ -323,20 +341,20 @@ class ClientCnx(asyncio.Protocol):
     def _handle_send_receipt(self, frame: Frame) -> None:
         producer = self._producers.get(frame.command.send_receipt.producer_id)
         if producer is not None:
-            producer._on_receipt(frame)
+            producer.on_receipt(frame)
 
     def _handle_send_error(self, frame: Frame) -> None:
         producer = self._producers.get(frame.command.send_error.producer_id)
         if producer is not None:
-            producer._on_send_error(frame)
+            producer.on_send_error(frame)
 
     def _handle_message(self, frame: Frame) -> None:
         consumer = self._consumers.get(frame.command.message.consumer_id)
         if consumer is not None:
-            consumer._on_message(frame)
+            consumer.on_message(frame)
 
     def _handle_response(self, frame: Frame) -> None:
-        body = frame.body
+        body: Any = frame.body
         self._resolve(body.request_id, body)
 
     def _handle_error(self, frame: Frame) -> None:
@@ -385,18 +403,18 @@ class ClientCnx(asyncio.Protocol):
     def _handle_close_producer(self, frame: Frame) -> None:
         producer = self._producers.pop(frame.command.close_producer.producer_id, None)
         if producer is not None:
-            producer._on_connection_closed(self)
+            producer.on_connection_closed(self)
 
     def _handle_close_consumer(self, frame: Frame) -> None:
         consumer = self._consumers.pop(frame.command.close_consumer.consumer_id, None)
         if consumer is not None:
-            consumer._on_connection_closed(self)
+            consumer.on_connection_closed(self)
 
     def _handle_active_consumer_change(self, frame: Frame) -> None:
         body = frame.command.active_consumer_change
         consumer = self._consumers.get(body.consumer_id)
         if consumer is not None:
-            consumer._on_active_consumer_change(body.is_active)
+            consumer.on_active_consumer_change(body.is_active)
 
 
 def _ignore(frame: Frame) -> None:

@@ -1,5 +1,9 @@
 """Configuration objects: frozen dataclasses with Pulsar's option names, units and defaults.
 
+``InitialPosition`` is the protocol's own (:class:`quasar.protocol.enums.InitialPosition`, the names of
+``pulsar.InitialPosition``: ``Latest``, ``Earliest``), re-exported; ``ConsumerType`` keeps the official client's
+names and maps each to the protocol's ``SubType`` (see :class:`ConsumerType`).
+
 Names and defaults follow the official Python client (``pulsar/__init__.py`` of pulsar-client 3.x, which
 wraps the C++ ``ClientConfiguration`` / ``ProducerConfiguration`` / ``ConsumerConfiguration``; reference
 semantics.md Part B5, pulsar-protocol.md §8.3). Units are in the names: ``*_ms`` / ``*_millis`` are
@@ -15,7 +19,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from quasar.protocol import CompressionType, MessageId
+from quasar.protocol import CompressionType, MessageId, SubType
+from quasar.protocol.enums import InitialPosition
 
 __all__ = [
     "ClientConfig",
@@ -32,19 +37,19 @@ __all__ = [
 
 
 class ConsumerType(enum.IntEnum):
-    """Subscription type (``pulsar.ConsumerType``; wire ``CommandSubscribe.SubType``)."""
+    """Subscription type with the names of ``pulsar.ConsumerType``. Each value is the wire
+    :class:`~quasar.protocol.enums.SubType` (``CommandSubscribe.SubType``, whose ``Key_Shared`` the official
+    client calls ``KeyShared``); :attr:`sub_type` gives that member."""
 
-    Exclusive = 0
-    Shared = 1
-    Failover = 2
-    KeyShared = 3
+    Exclusive = int(SubType.Exclusive)
+    Shared = int(SubType.Shared)
+    Failover = int(SubType.Failover)
+    KeyShared = int(SubType.Key_Shared)
 
-
-class InitialPosition(enum.IntEnum):
-    """Where a new subscription starts (``pulsar.InitialPosition``; wire ``initialPosition``)."""
-
-    Latest = 0
-    Earliest = 1
+    @property
+    def sub_type(self) -> SubType:
+        """The wire ``SubType`` of this consumer type."""
+        return SubType(self.value)
 
 
 class PartitionsRoutingMode(enum.IntEnum):
@@ -423,7 +428,7 @@ def check_subscription_name(name: Any) -> str:
     _check_type("subscription_name", name, str)
     if not name:
         raise ValueError("subscription_name must not be empty")
-    return name
+    return str(name)
 
 
 def check_topics(topic: Any) -> str | list[str] | re.Pattern[str]:

@@ -9,12 +9,17 @@
   items are cut by :func:`unpack_batch` straight from the frame's bytes (their metadata parsed only when an
   accessor needs it, ids built on demand); duplicate filtering is decided once per entry when it can be; the
   whole entry is queued in one step.
-* Acks go through :class:`AckGroupingTracker` (flushed every ``acknowledgements_group_time_ms``) and
-  :class:`BatchAcker`; negative acks through :class:`NegativeAcksTracker`; ack timeout through
-  :class:`UnackedMessageTracker`; the dead-letter policy is in :mod:`quasar.client.dead_letter`,
-  ``reconsume_later`` (``retry_enable``) in :mod:`quasar.client.retry_letter`.
 * Connection loss or CLOSE_CONSUMER (also the broker's answer to SEEK): the queue of this consumer is cleared
   and it re-subscribes with the same consumer id (readers from the last id handed out) and a fresh FLOW.
+
+The consumer is composed of small parts, each with its own state: the receiver queue
+(:class:`~quasar.client.receiver_queue.ReceiverQueue`, its own or a multi-topic parent's), flow control
+(:class:`~quasar.client.consumer_flow.FlowControl`), acknowledgements
+(:class:`~quasar.client.consumer_acks.Acknowledger`: grouping, batch acks, negative acks, ack timeout), the
+delivery filter (:class:`~quasar.client.consumer_incoming.DeliveryFilter`), chunk reassembly
+(:class:`~quasar.client.chunking.ChunkAssembler`), the dead-letter and retry-letter handlers
+(:mod:`quasar.client.dead_letter`, :mod:`quasar.client.retry_letter`) and a task owner for the reconnect,
+timer and listener tasks; ``close`` flushes, cancels and closes each.
 """
 
 from __future__ import annotations
@@ -23,62 +28,68 @@ import asyncio
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Coroutine
 from typing import Any
 
 from quasar.protocol import (
-    EARLIEST,
-    INT64_MAX,
     LATEST,
+    AckType,
     MessageId,
     ProtocolError,
+    SubType,
     commands,
     decompress,
     parse_headers_and_payload,
 )
+from quasar.protocol.ack_set import ack_set_bits, to_int64
 
-from .ack_grouping import AckGroupingTracker, BatchAcker
+from ._tasks import TaskOwner
 from .chunking import ChunkAssembler
 from .client_cnx import ClientCnx
-from .config import ConsumerConfig, ConsumerType
+from .config import ConsumerConfig
 from .connection_pool import retry_until
-from .consumer_acks import ConsumerAcks
-from .consumer_base import ConsumerBase
+from .consumer_acks import Acknowledger
+from .consumer_flow import FlowControl
+from .consumer_incoming import DeliveryFilter
+from .context import ClientContext
 from .dead_letter import DeadLetterHandler
 from .errors import AlreadyClosedError, ClientError, InvalidMessageError
 from .message import Message, ReceivedEntry, unpack_batch
-from .negative_acks import NegativeAcksTracker, UnackedMessageTracker
+from .negative_acks import UnackedMessageTracker
 from .op_send import message_id as _message_id
+from .receiver_queue import ReceiverQueue
 from .retry_letter import RetryLetterHandler, retry_policy
 
 __all__ = ["Consumer"]
 
 log = logging.getLogger("quasar.client")
 
-_U64 = 1 << 64
-_CHECKSUM_MISMATCH = 2  # CommandAck.ValidationError
-_BATCH_DESERIALIZE_ERROR = 3
+#: CommandAck.ValidationError
 _DECOMPRESSION_ERROR = 1
+_CHECKSUM_MISMATCH = 2
+_BATCH_DESERIALIZE_ERROR = 3
+_SHARED_TYPES = frozenset({SubType.Shared, SubType.Key_Shared})
 
 
-def _int64(value: int) -> int:
-    return value - _U64 if value > INT64_MAX else value
-
-
-def _skip_all(index: int) -> bool:
-    return False
-
-
-class Consumer(ConsumerAcks, ConsumerBase):
+class Consumer:
     """Consumer of one topic or partition (create it with ``AsyncClient.subscribe``).
 
+    Args:
+        context: the client (:class:`~quasar.client.context.ClientContext`).
+        topic / subscription / config: what to subscribe, how.
+        partition: partition index, -1 when the topic is not partitioned.
+        durable: False for a reader's non-durable subscription.
+        start_message_id / start_inclusive: where a reader starts (dropped below it).
+        sink: the receiver queue of a multi-topic parent to deliver into (None: the consumer's own).
+
     Attributes:
-        topic, subscription_name, consumer_name, consumer_id, partition (-1 if not a partition).
+        topic, subscription_name, consumer_name, consumer_id, partition (-1 if not a partition), config.
+        queue: the :class:`ReceiverQueue` this consumer delivers into (its own, or its parent's).
     """
 
     def __init__(
         self,
-        context: Any,
+        context: ClientContext,
         topic: str,
         subscription: str,
         config: ConsumerConfig,
@@ -87,9 +98,8 @@ class Consumer(ConsumerAcks, ConsumerBase):
         durable: bool = True,
         start_message_id: MessageId | None = None,
         start_inclusive: bool = False,
-        sink: ConsumerBase | None = None,
+        sink: ReceiverQueue | None = None,
     ) -> None:
-        super().__init__(f"consumer {topic}")
         self._context = context
         self.topic = topic
         self.subscription_name = subscription
@@ -98,48 +108,93 @@ class Consumer(ConsumerAcks, ConsumerBase):
         self.consumer_id: int = context.next_consumer_id()
         self.consumer_name = config.consumer_name or ("" if not durable else secrets.token_hex(5))
         self._durable = durable
-        self._start_message_id = start_message_id
-        self._start_inclusive = start_inclusive
-        self._last_dequeued: MessageId | None = None
-        self._sink: ConsumerBase = sink if sink is not None else self
         self._cnx: ClientCnx | None = None
-        self._permits = 0
+        self._state = "connecting"
         self._ready = asyncio.Event()
-        self._acks = AckGroupingTracker(config.acknowledgements_group_time_ms, config.ack_group_max_size)
-        self._batch_acker = BatchAcker()
-        self._nacks = NegativeAcksTracker(
-            config.negative_ack_redelivery_delay_ms, config.negative_ack_backoff
-        )
+        self._tasks = TaskOwner(f"consumer {topic}")
         timeout = config.unacked_messages_timeout_ms or 0
-        self._unacked = UnackedMessageTracker(timeout) if timeout > 0 else None
+        unacked = UnackedMessageTracker(timeout) if timeout > 0 else None
+        self._shared = config.consumer_type.sub_type in _SHARED_TYPES
+        self._flow = FlowControl(
+            self.consumer_id, config.receiver_queue_size, unacked=unacked, track_last_dequeued=not durable
+        )
+        self._acker = Acknowledger(
+            self.consumer_id, topic, config, shared=self._shared, unacked=unacked, ready=self._ready
+        )
+        self._filter = DeliveryFilter(self._acker, self._flow, start_message_id, start_inclusive)
+        self._own_queue = sink is None
+        self.queue = (
+            sink if sink is not None else ReceiverQueue(f"consumer on {topic}", self._flow.on_empty_receive)
+        )
         self._chunks = ChunkAssembler(
             config.max_pending_chunked_message, config.expire_time_of_incomplete_chunked_message_ms
         )
-        self._chunk_ids: dict[MessageId, list[MessageId]] = {}
-        self._ack_timer: asyncio.TimerHandle | None = None
+        self._dead_letter, self._retry_letter = self._letter_handlers(topic, subscription)
+        self._receipts = config.ack_receipt_enabled
+
+    def _letter_handlers(
+        self, topic: str, subscription: str
+    ) -> tuple[DeadLetterHandler | None, RetryLetterHandler | None]:
+        config = self.config
         policy = config.dead_letter_policy
         if config.retry_enable:  # filled by AsyncClient.subscribe already; this covers a direct construction
             policy = retry_policy(policy, topic, subscription)
-        self._dead_letter = DeadLetterHandler(self, policy) if policy is not None else None
-        self._retry_letter = (
-            RetryLetterHandler(self, self._dead_letter)
-            if config.retry_enable and self._dead_letter is not None
-            else None
+        if policy is None:
+            return None, None
+        dead_letter = DeadLetterHandler(
+            policy,
+            topic=topic,
+            subscription=subscription,
+            acknowledge=self.acknowledge,
+            create_producer=self._context.create_producer,
+            tasks=self._tasks,
+            give_back=self._flow.give_back,
         )
-        self._shared = config.consumer_type in (ConsumerType.Shared, ConsumerType.KeyShared)
-        queue_size = config.receiver_queue_size
-        self._refill_threshold = max(1, queue_size // 2)
-        #: hand-out only counts a permit: durable, no ack timeout, a receiver queue
-        self._plain_hand_out = durable and self._unacked is None and queue_size > 0
+        if not config.retry_enable:
+            return dead_letter, None
+        retry_letter = RetryLetterHandler(
+            dead_letter,
+            acknowledge=self.acknowledge,
+            redeliver=self._acker.redeliver,
+            create_producer=self._context.create_producer,
+        )
+        return dead_letter, retry_letter
+
+    # ------------------------------------------------------------------------------- properties --
+
+    @property
+    def is_connected(self) -> bool:
+        """True while subscribed on a live connection."""
+        return self._state == "ready"
+
+    @property
+    def last_dequeued(self) -> MessageId | None:
+        """Id of the message handed out last by a non-durable consumer (reader); None before the first."""
+        return self._flow.last_dequeued
+
+    @property
+    def start_message_id(self) -> MessageId | None:
+        """The start id of a reader (replaced by ``seek``; None after a seek by publish time)."""
+        return self._filter.start_message_id
 
     # ------------------------------------------------------------------------------ subscribe --
 
-    async def _start(self) -> None:
+    async def start(self) -> None:
+        """Subscribe: LOOKUP, SUBSCRIBE and FLOW, retried with backoff until ``operation_timeout_seconds``
+        (called by ``AsyncClient.subscribe``); then the redelivery timer (and the listener) tasks start.
+
+        Raises:
+            BrokerResponseError (e.g. ConsumerBusy), ConnectError, OperationTimeoutError.
+        """
         deadline = time.monotonic() + self._context.config.operation_timeout_seconds
         await retry_until(deadline, self._subscribe_once, self._context.config, is_closed=self._is_closing)
         self._tasks.spawn(self._timer_loop(), name=f"consumer timers {self.topic}")
-        if self.config.message_listener is not None and self._sink is self:
-            self._start_listener(self.config.message_listener, self)
+        if self.config.message_listener is not None and self._own_queue:
+            self.start_listener(self.config.message_listener, self)
+
+    def start_listener(self, listener: Any, target: Any) -> None:
+        """Deliver every message to ``listener(target, message)`` in an owned task instead of ``receive``."""
+        self._tasks.spawn(self.queue.listen(listener, target), name=f"message-listener {self.topic}")
 
     def _is_closing(self) -> bool:
         return self._state in ("closing", "closed")
@@ -150,11 +205,11 @@ class Consumer(ConsumerAcks, ConsumerBase):
         request_id = cnx.next_request_id()
         start = None
         if not self._durable:
-            start = self._last_dequeued or self._start_message_id or LATEST
+            start = self._flow.last_dequeued or self._filter.start_message_id or LATEST
         frame = commands.new_subscribe(
             self.topic,
             self.subscription_name,
-            int(self.config.consumer_type),
+            self.config.consumer_type.sub_type,
             self.consumer_id,
             request_id,
             consumer_name=self.consumer_name,
@@ -175,26 +230,30 @@ class Consumer(ConsumerAcks, ConsumerBase):
         if self._is_closing():
             return
         # C++ handleCreateConsumer: clear the queue, then FLOW(receiver_queue_size)
-        self._sink._drop_queued(self)
-        self._batch_acker.clear()
+        self.queue.drop_from(self)
         self._cnx = cnx
         self._state = "ready"
-        self._permits = 0
-        if self.config.receiver_queue_size > 0:
-            cnx.write(commands.new_flow(self.consumer_id, self.config.receiver_queue_size))
-        self._flush_acks()
+        self._flow.attach(cnx)
+        self._acker.attach(cnx)
         self._ready.set()
 
-    def _on_connection_closed(self, cnx: ClientCnx) -> None:
+    def on_connection_closed(self, cnx: ClientCnx) -> None:
+        """Connection port: ``cnx`` closed (or the broker sent CLOSE_CONSUMER); re-subscribe in an owned task."""
         if cnx is not self._cnx:
             return
-        self._cnx = None
-        self._ready.clear()
+        self._detach()
         if self._state == "ready":
             self._state = "connecting"
             self._tasks.spawn(self._reconnect(), name=f"reconnect {self.topic}")
 
-    def _on_active_consumer_change(self, is_active: bool) -> None:
+    def _detach(self) -> None:
+        self._cnx = None
+        self._ready.clear()
+        self._flow.detach()
+        self._acker.detach()
+
+    def on_active_consumer_change(self, is_active: bool) -> None:
+        """Connection port: ACTIVE_CONSUMER_CHANGE (Failover); logged only."""
         log.debug("consumer %s on %s active=%s", self.consumer_name, self.topic, is_active)
 
     async def _reconnect(self) -> None:
@@ -211,10 +270,11 @@ class Consumer(ConsumerAcks, ConsumerBase):
 
     # ------------------------------------------------------------------------------- messages --
 
-    def _on_message(self, frame: Any) -> None:
+    def on_message(self, frame: Any) -> None:
+        """Connection port: a MESSAGE for this consumer (see the module docstring); its messages are queued."""
         cmd = frame.command.message
         mid = cmd.message_id
-        ledger_id, entry_id = _int64(mid.ledgerId), _int64(mid.entryId)
+        ledger_id, entry_id = to_int64(mid.ledgerId), to_int64(mid.entryId)
         if frame.checksum_ok is False:
             log.warning("checksum mismatch on %s %d:%d; discarding", self.topic, ledger_id, entry_id)
             self._discard((ledger_id, entry_id), _CHECKSUM_MISMATCH)
@@ -227,26 +287,13 @@ class Consumer(ConsumerAcks, ConsumerBase):
             return
         metadata = parsed.metadata
         payload: bytes | memoryview = parsed.payload
-        partition = self.partition
         is_batch = metadata.HasField("num_messages_in_batch")
         chunk_ids = None
         if not is_batch and metadata.num_chunks_from_msg > 1:
-            chunk_id = _message_id(ledger_id, entry_id, partition)
-            done, dropped = self._chunks.add(
-                metadata.uuid,
-                metadata.chunk_id,
-                metadata.num_chunks_from_msg,
-                metadata.total_chunk_msg_size,
-                payload,
-                chunk_id,
-            )
-            if dropped:
-                self._drop_chunks(dropped)
+            done = self._add_chunk(metadata, payload, ledger_id, entry_id)
             if done is None:
-                self._increase_permits(1)
                 return
-            payload = done.payload
-            chunk_ids = done.chunk_ids
+            payload, chunk_ids = done.payload, done.chunk_ids
         if metadata.compression:
             try:
                 payload = decompress(metadata.compression, payload, metadata.uncompressed_size)
@@ -257,169 +304,172 @@ class Consumer(ConsumerAcks, ConsumerBase):
         redelivery_count = cmd.redelivery_count
         count = metadata.num_messages_in_batch if is_batch else 0
         entry = ReceivedEntry(
-            ledger_id, entry_id, partition, count, self.topic, metadata, redelivery_count, self
+            ledger_id,
+            entry_id,
+            self.partition,
+            count,
+            self.topic,
+            metadata,
+            redelivery_count,
+            self,
+            self._flow,
         )
         if is_batch:
-            unacked = None
-            if cmd.ack_set:
-                unacked = 0
-                for word_index, word in enumerate(cmd.ack_set):
-                    unacked |= (word & 0xFFFFFFFFFFFFFFFF) << (64 * word_index)
-            keep = self._batch_filter(ledger_id, entry_id, unacked)
-            offset = 0
-            if isinstance(payload, memoryview):  # the rest of the frame's bytes: read those, no copy
-                whole = payload.obj
-                offset = len(whole) - payload.nbytes if isinstance(whole, bytes) else -1
-                if offset >= 0 and whole[offset : offset + 16] == payload[:16]:
-                    payload = whole
-                else:
-                    offset = 0
-                    payload = bytes(payload)
-            try:
-                delivered, skipped = unpack_batch(payload, entry, keep, offset)
-            except InvalidMessageError as exc:
-                log.warning("bad batch on %s %d:%d: %s", self.topic, ledger_id, entry_id, exc)
-                self._discard((ledger_id, entry_id), _BATCH_DESERIALIZE_ERROR)
+            delivered = self._unpack(entry, payload, cmd.ack_set)
+            if delivered is None:
                 return
-            if delivered:
-                self._batch_acker.track(entry.key, count, unacked)
-            if skipped:
-                self._increase_permits(skipped)
         else:
-            if self._filtered(ledger_id, entry_id, -1):
-                self._increase_permits(1)
+            if self._filter.filtered(ledger_id, entry_id, -1):
+                self._flow.give_back(1)
                 return
             message = Message(payload if isinstance(payload, bytes) else bytes(payload), entry)
             if chunk_ids:
-                self._chunk_ids[message.message_id()] = chunk_ids
+                self._acker.chunk_ids[message.message_id()] = chunk_ids
             delivered = [message]
         if self._dead_letter is not None and self._dead_letter.remember(delivered, redelivery_count):
             return
-        self._sink._enqueue_many(delivered)
+        self.queue.enqueue_many(delivered)
 
-    def _batch_filter(
-        self, ledger_id: int, entry_id: int, unacked: int | None
-    ) -> Callable[[int], bool] | None:
-        """``keep(index)`` for the items of a batch, or None when all are kept: items whose ``ack_set`` bit is
-        clear are dropped, and (seed 001 isDuplicate) items before the start id or already acked. Whether an
-        item is a duplicate is decided once per entry unless the entry reaches the last cumulative ack."""
-        per_item = (self._last_dequeued or self._start_message_id) is not None
-        acks = self._acks
-        if not per_item and acks.active:
-            cumulative = acks.last_cumulative
-            if cumulative is None or (ledger_id, entry_id) > cumulative[:2]:
-                if acks.is_duplicate(ledger_id, entry_id):
-                    return _skip_all
+    def _add_chunk(self, metadata: Any, payload: bytes | memoryview, ledger_id: int, entry_id: int) -> Any:
+        """Add one chunk; the reassembled message once its last chunk arrived, else None."""
+        done, dropped = self._chunks.add(
+            metadata.uuid,
+            metadata.chunk_id,
+            metadata.num_chunks_from_msg,
+            metadata.total_chunk_msg_size,
+            payload,
+            _message_id(ledger_id, entry_id, self.partition),
+        )
+        if dropped:
+            self._drop_chunks(dropped)
+        if done is None:
+            self._flow.give_back(1)
+        return done
+
+    def _unpack(
+        self, entry: ReceivedEntry, payload: bytes | memoryview, ack_set: Any
+    ) -> list[Message] | None:
+        """The messages of a batched entry that are delivered (None when the entry is discarded)."""
+        unacked = ack_set_bits(ack_set) if ack_set else None
+        keep = self._filter.batch_filter(entry.ledger_id, entry.entry_id, unacked)
+        offset = 0
+        if isinstance(payload, memoryview):  # the rest of the frame's bytes: read those, no copy
+            whole = payload.obj
+            start = len(whole) - payload.nbytes if isinstance(whole, bytes) else -1
+            if isinstance(whole, bytes) and start >= 0 and whole[start : start + 16] == payload[:16]:
+                offset, payload = start, whole
             else:
-                per_item = True
-        if not per_item and unacked is None:
+                payload = bytes(payload)
+        try:
+            delivered, skipped = unpack_batch(payload, entry, keep, offset)
+        except InvalidMessageError as exc:
+            log.warning("bad batch on %s %d:%d: %s", self.topic, entry.ledger_id, entry.entry_id, exc)
+            self._discard(entry.key, _BATCH_DESERIALIZE_ERROR)
             return None
-        filtered = self._filtered
-
-        def keep(index: int) -> bool:
-            if unacked is not None and not (unacked >> index) & 1:
-                return False
-            return not per_item or not filtered(ledger_id, entry_id, index)
-
-        return keep
-
-    def _filtered(self, ledger_id: int, entry_id: int, batch_index: int) -> bool:
-        start = self._last_dequeued or self._start_message_id
-        if start is not None and start != EARLIEST and start.ledger_id >= 0:
-            key = (ledger_id, entry_id, batch_index)
-            start_key = (start.ledger_id, start.entry_id, start.batch_index)
-            inclusive = self._start_inclusive and self._last_dequeued is None
-            if key < start_key or (key == start_key and not inclusive):
-                return True
-            if start.batch_index < 0 and key[:2] == start_key[:2] and not inclusive:
-                return True
-        return self._acks.is_duplicate(ledger_id, entry_id, batch_index)
+        if delivered:
+            self._acker.track_batch(entry.key, entry.batch_size, unacked)
+        if skipped:
+            self._flow.give_back(skipped)
+        return delivered
 
     def _discard(self, entry: tuple[int, int], validation_error: int) -> None:
         cnx = self._cnx
         if cnx is not None:
-            cnx.write(commands.new_ack(self.consumer_id, [entry], 0, validation_error=validation_error))
-        self._increase_permits(1)
+            cnx.write(
+                commands.new_ack(
+                    self.consumer_id, [entry], AckType.Individual, validation_error=validation_error
+                )
+            )
+        self._flow.give_back(1)
 
     def _drop_chunks(self, ids: list[MessageId]) -> None:
         if self.config.auto_ack_oldest_chunked_message_on_queue_full:
-            for message_id in ids:
-                self._acks.add_individual((message_id.ledger_id, message_id.entry_id))
-            self._schedule_ack_flush()
-        self._increase_permits(len(ids))
+            self._acker.acknowledge_chunks(ids)
+        self._flow.give_back(len(ids))
 
-    def _on_handed_out(self, message: Message) -> None:
-        if self._plain_hand_out:
-            permits = self._permits + 1
-            if permits >= self._refill_threshold:
-                self._increase_permits(1)
-            else:
-                self._permits = permits
-            return
-        if not self._durable:
-            self._last_dequeued = message.message_id()
-        if self._unacked is not None:
-            self._unacked.add(message._entry.key)
-        self._increase_permits(1)
+    # ---------------------------------------------------------------------------------- receive --
 
-    def _on_handed_out_many(self, messages: list[Message]) -> None:
-        """:meth:`_on_handed_out` for several messages of this consumer, in order."""
-        if self._plain_hand_out:
-            self._increase_permits(len(messages))
-            return
-        for message in messages:
-            self._on_handed_out(message)
+    def receive(self, timeout_millis: int | None = None) -> Coroutine[Any, Any, Message]:
+        """The next message (awaitable), waiting up to ``timeout_millis`` ms (None = forever); see
+        :meth:`ReceiverQueue.receive` for the errors."""
+        return self.queue.receive(timeout_millis)
 
-    def _increase_permits(self, count: int) -> None:
-        if self.config.receiver_queue_size == 0:
-            return
-        self._permits += count
-        if self._permits >= self._refill_threshold:
-            cnx = self._cnx
-            if cnx is not None:
-                cnx.write(commands.new_flow(self.consumer_id, self._permits))
-                self._permits = 0
+    def receive_nowait(self) -> Message | None:
+        """The next message if one is queued, else None (AlreadyClosedError when closed)."""
+        return self.queue.receive_nowait()
 
-    def _on_empty_receive(self) -> None:
-        if self.config.receiver_queue_size == 0 and self._cnx is not None:
-            self._cnx.write(commands.new_flow(self.consumer_id, 1))
+    def batch_receive(
+        self, max_num_messages: int = 100, timeout_ms: int = 100
+    ) -> Coroutine[Any, Any, list[Message]]:
+        """Up to ``max_num_messages`` messages (awaitable); see :meth:`ReceiverQueue.batch_receive`."""
+        return self.queue.batch_receive(max_num_messages, timeout_ms)
 
-    # ------------------------------------------------------------------------- seek/last id/close --
+    def __aiter__(self) -> Consumer:
+        return self
 
-    async def seek(self, target: MessageId | int) -> None:
-        """Move the subscription to a message id or to a publish time (int, ms since the epoch).
+    async def __anext__(self) -> Message:
+        try:
+            return await self.queue.receive()
+        except AlreadyClosedError:
+            raise StopAsyncIteration from None
 
-        The broker disconnects the consumer and the client re-subscribes (reference §6.15); with
-        ``start_message_id_inclusive=False`` the sought message itself is not delivered again.
+    # ------------------------------------------------------------------------------------- acks --
+
+    async def acknowledge(self, message: Message | MessageId) -> None:
+        """Acknowledge one message (grouped; a batch entry is acked once all its items are). With
+        ``ack_receipt_enabled`` it waits for the broker's ACK_RESPONSE.
+
+        Raises:
+            TypeError: not a Message / MessageId. AlreadyClosedError. BrokerResponseError (receipts only).
         """
-        if isinstance(target, bool) or not isinstance(target, (MessageId, int)):
-            raise TypeError(
-                f"seek target must be a MessageId or an int timestamp (ms), got {type(target).__name__}"
-            )
-        self._check_open()
-        await asyncio.wait_for(self._ready.wait(), self._context.config.operation_timeout_seconds)
-        cnx = self._cnx
-        assert cnx is not None
-        request_id = cnx.next_request_id()
-        if isinstance(target, MessageId):
-            frame = commands.new_seek(self.consumer_id, request_id, message_id=target)
-            self._start_message_id = target
-        else:
-            frame = commands.new_seek(self.consumer_id, request_id, message_publish_time=target)
-            self._start_message_id = None
-        self._last_dequeued = None
-        self._acks = AckGroupingTracker(
-            self.config.acknowledgements_group_time_ms, self.config.ack_group_max_size
-        )
-        self._ready.clear()
-        await cnx.request(frame, request_id)
-        self._sink._drop_queued(self)
-        if self._cnx is cnx and not cnx.is_closed:  # the broker did not disconnect us: re-subscribe ourselves
-            self._cnx = None
-            cnx.remove_consumer(self.consumer_id)
-            self._state = "connecting"
-            self._tasks.spawn(self._reconnect(), name=f"reconnect {self.topic}")
-        await asyncio.wait_for(self._ready.wait(), self._context.config.operation_timeout_seconds)
+        self._acker.acknowledge(message)
+        if self._receipts:
+            await self._acker.flush_with_receipt()
+
+    def acknowledge_nowait(self, message: Message | MessageId) -> None:
+        """:meth:`acknowledge` without waiting for a receipt (callable from the event loop thread only)."""
+        self._acker.acknowledge(message)
+
+    async def acknowledge_cumulative(self, message: Message | MessageId) -> None:
+        """Acknowledge every message up to and including this one.
+
+        Raises:
+            ValueError: on a Shared / KeyShared subscription (Pulsar forbids cumulative acks there).
+        """
+        self._acker.acknowledge_cumulative(message)
+        if self._receipts:
+            await self._acker.flush_with_receipt()
+
+    def acknowledge_cumulative_nowait(self, message: Message | MessageId) -> None:
+        """:meth:`acknowledge_cumulative` without waiting for a receipt (event loop thread only)."""
+        self._acker.acknowledge_cumulative(message)
+
+    async def negative_acknowledge(self, message: Message | MessageId) -> None:
+        """Ask for redelivery of the message's entry after ``negative_ack_redelivery_delay_ms``."""
+        self._acker.negative_acknowledge(message)
+
+    def negative_acknowledge_nowait(self, message: Message | MessageId) -> None:
+        """:meth:`negative_acknowledge` (event loop thread only)."""
+        self._acker.negative_acknowledge(message)
+
+    def redeliver_unacknowledged_messages(self, entries: list[tuple[int, int]] | None = None) -> None:
+        """Send REDELIVER_UNACKNOWLEDGED_MESSAGES: the given entries on Shared/KeyShared, else all unacked."""
+        self._acker.redeliver(entries)
+
+    async def _timer_loop(self) -> None:
+        tick = min(1.0, max(0.01, self.config.negative_ack_redelivery_delay_ms / 3000))
+        if self.config.unacked_messages_timeout_ms:
+            tick = min(tick, self.config.tick_duration_ms / 1000)
+        while True:
+            await asyncio.sleep(tick)
+            due = self._acker.pop_due()
+            if due and self._dead_letter is not None:
+                due = await self._dead_letter.divert(due)
+            if due:
+                self._acker.redeliver(due)
+            expired = self._chunks.expire()
+            if expired:
+                self._drop_chunks(expired)
 
     async def reconsume_later(
         self, message: Message, delay_ms: int, properties: dict[str, str] | None = None
@@ -443,32 +493,66 @@ class Consumer(ConsumerAcks, ConsumerBase):
             raise ClientError(
                 "reconsume_later needs a consumer subscribed with retry_enable=True (Java enableRetry)"
             )
-        if isinstance(message, Message) and message._consumer is not self:
+        if isinstance(message, Message) and message.entry.consumer is not self:
             raise ValueError("message does not come from this consumer")
         await self._retry_letter.reconsume_later(message, delay_ms, properties)
 
-    async def get_last_message_id(self) -> MessageId:
-        """Id of the last message of the topic (GET_LAST_MESSAGE_ID); ledger/entry -1 when empty."""
+    # ------------------------------------------------------------------------- seek/last id/close --
+
+    async def seek(self, target: MessageId | int) -> None:
+        """Move the subscription to a message id or to a publish time (int, ms since the epoch).
+
+        The broker disconnects the consumer and the client re-subscribes (reference §6.15); with
+        ``start_message_id_inclusive=False`` the sought message itself is not delivered again.
+        """
+        if isinstance(target, bool) or not isinstance(target, (MessageId, int)):
+            raise TypeError(
+                f"seek target must be a MessageId or an int timestamp (ms), got {type(target).__name__}"
+            )
+        cnx = await self._ready_cnx()
+        request_id = cnx.next_request_id()
+        if isinstance(target, MessageId):
+            frame = commands.new_seek(self.consumer_id, request_id, message_id=target)
+            self._filter.start_message_id = target
+        else:
+            frame = commands.new_seek(self.consumer_id, request_id, message_publish_time=target)
+            self._filter.start_message_id = None
+        self._flow.forget_last_dequeued()
+        self._acker.reset_grouping()
+        self._ready.clear()
+        await cnx.request(frame, request_id)
+        self.queue.drop_from(self)
+        if self._cnx is cnx and not cnx.is_closed:  # the broker did not disconnect us: re-subscribe ourselves
+            self._detach()
+            cnx.remove_consumer(self.consumer_id)
+            self._state = "connecting"
+            self._tasks.spawn(self._reconnect(), name=f"reconnect {self.topic}")
+        await asyncio.wait_for(self._ready.wait(), self._context.config.operation_timeout_seconds)
+
+    async def _ready_cnx(self) -> ClientCnx:
+        """The connection once subscribed (waits up to ``operation_timeout_seconds``)."""
         self._check_open()
         await asyncio.wait_for(self._ready.wait(), self._context.config.operation_timeout_seconds)
         cnx = self._cnx
         assert cnx is not None
+        return cnx
+
+    async def get_last_message_id(self) -> MessageId:
+        """Id of the last message of the topic (GET_LAST_MESSAGE_ID); ledger/entry -1 when empty."""
+        cnx = await self._ready_cnx()
         request_id = cnx.next_request_id()
         body = await cnx.request(commands.new_get_last_message_id(self.consumer_id, request_id), request_id)
         last = body.last_message_id
         return MessageId(
-            _int64(last.ledgerId),
-            _int64(last.entryId),
+            to_int64(last.ledgerId),
+            to_int64(last.entryId),
             self.partition,
             last.batch_index if last.HasField("batch_index") else -1,
         )
 
     async def unsubscribe(self) -> None:
         """Delete the subscription (UNSUBSCRIBE); the consumer is closed afterwards."""
-        self._check_open()
-        await asyncio.wait_for(self._ready.wait(), self._context.config.operation_timeout_seconds)
-        cnx = self._cnx
-        assert cnx is not None
+        cnx = await self._ready_cnx()
         request_id = cnx.next_request_id()
         await cnx.request(commands.new_unsubscribe(self.consumer_id, request_id), request_id)
         await self._shutdown(send_close=False)
@@ -480,8 +564,10 @@ class Consumer(ConsumerAcks, ConsumerBase):
         await self._shutdown(send_close=True)
 
     async def _shutdown(self, *, send_close: bool) -> None:
-        self._flush_acks()
+        self._acker.close()
         self._state = "closing"
+        if self._own_queue:
+            self.queue.close()
         cnx = self._cnx
         if cnx is not None:
             if send_close and not cnx.is_closed:
@@ -491,22 +577,14 @@ class Consumer(ConsumerAcks, ConsumerBase):
                 except ClientError as exc:
                     log.info("close of consumer %s: %s", self.topic, exc)
             cnx.remove_consumer(self.consumer_id)
-        self._cnx = None
-        if self._ack_timer is not None:
-            self._ack_timer.cancel()
+        self._detach()
         self._state = "closed"
-        self._wake_all()
         await self._tasks.aclose()
         if self._retry_letter is not None:
             await self._retry_letter.close()
         if self._dead_letter is not None:
             await self._dead_letter.close()
-        self._context._forget(self)
-
-    @property
-    def is_connected(self) -> bool:
-        """True while subscribed on a live connection."""
-        return self._state == "ready"
+        self._context.forget(self)
 
     def _check_open(self) -> None:
         if self._state in ("closing", "closed"):

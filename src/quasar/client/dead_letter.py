@@ -27,6 +27,7 @@ from typing import Any
 
 from quasar.protocol import TopicName
 
+from ._tasks import TaskOwner
 from .config import DeadLetterPolicy
 from .errors import AlreadyClosedError, ClientError
 from .message import Message
@@ -116,15 +117,32 @@ class DeadLetterHandler:
     """Remembers messages at the redelivery limit and moves them to the dead-letter topic.
 
     Args:
-        consumer: the single-topic :class:`~quasar.client.consumer.Consumer`.
         policy: the consumer's :class:`DeadLetterPolicy`.
+        topic / subscription: the consumer's topic (partition) and subscription (the default DLQ name).
+        acknowledge: the consumer's ``acknowledge`` (a moved message is acked).
+        create_producer: ``AsyncClient.create_producer``.
+        tasks: the consumer's task owner (moves of messages beyond the limit run there).
+        give_back: the consumer's ``FlowControl.give_back`` (a message moved without delivery frees a permit).
     """
 
-    def __init__(self, consumer: Any, policy: DeadLetterPolicy) -> None:
-        self._consumer = consumer
+    def __init__(
+        self,
+        policy: DeadLetterPolicy,
+        *,
+        topic: str,
+        subscription: str,
+        acknowledge: Callable[[Message], Awaitable[None]],
+        create_producer: Callable[..., Awaitable[Any]],
+        tasks: TaskOwner,
+        give_back: Callable[[int], None],
+    ) -> None:
         self.policy = policy
-        base = TopicName.parse(consumer.topic).partitioned_topic_name
-        self.topic = policy.dead_letter_topic or f"{base}-{consumer.subscription_name}-DLQ"
+        base = TopicName.parse(topic).partitioned_topic_name
+        self.topic = policy.dead_letter_topic or f"{base}-{subscription}-DLQ"
+        self._acknowledge = acknowledge
+        self._create = create_producer
+        self._tasks = tasks
+        self._give_back = give_back
         self._possible: dict[EntryKey, list[Message]] = {}
         self._producer = LazyProducer(self._create_producer)
 
@@ -133,11 +151,11 @@ class DeadLetterHandler:
         beyond the limit and were handed to the dead-letter topic)."""
         if not messages or redelivery_count < self.policy.max_redeliver_count:
             return False
-        entry = messages[0]._entry.key
+        entry = messages[0].entry.key
         self._possible[entry] = messages
         if redelivery_count > self.policy.max_redeliver_count:
-            self._consumer._tasks.spawn(self.divert([entry]), name=f"dead-letter {self.topic}")
-            self._consumer._increase_permits(len(messages))
+            self._tasks.spawn(self.divert([entry]), name=f"dead-letter {self.topic}")
+            self._give_back(len(messages))
             return True
         return False
 
@@ -157,7 +175,7 @@ class DeadLetterHandler:
                 for message in messages:
                     await self.publish(message, copy_properties(message))
                 for message in messages:
-                    await self._consumer.acknowledge(message)
+                    await self._acknowledge(message)
                 log.info("moved %d message(s) of entry %s to %s", len(messages), entry, self.topic)
             except ClientError as exc:
                 log.warning("dead-letter publish to %s failed (%s); redelivering instead", self.topic, exc)
@@ -175,11 +193,10 @@ class DeadLetterHandler:
 
     async def _create_producer(self) -> Any:
         """The dead-letter producer; with ``initial_subscription_name`` its PRODUCER command carries it."""
-        context = self._consumer._context
         name = self.policy.initial_subscription_name
         if name is None:
-            return await context.create_producer(self.topic)
-        return await context.create_producer(self.topic, initial_subscription_name=name)
+            return await self._create(self.topic)
+        return await self._create(self.topic, initial_subscription_name=name)
 
     async def close(self) -> None:
         """Close the dead-letter producer."""

@@ -18,7 +18,9 @@ For 3 items "m0".."m2" this yields ``18 02 40 00`` etc., the bytes the C++ clien
 
 from __future__ import annotations
 
+import datetime
 import struct
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -155,14 +157,7 @@ def make_outgoing(
     Raises:
         TypeError / ValueError: naming the parameter.
     """
-    if isinstance(content, str):
-        payload = content.encode()
-    elif isinstance(content, bytes):
-        payload = content
-    elif isinstance(content, (bytearray, memoryview)):
-        payload = bytes(content)
-    else:
-        raise TypeError(f"content must be bytes, got {type(content).__name__}")
+    payload = _payload(content)
     if properties is not None:
         check_properties("properties", properties)
         if not properties:
@@ -170,43 +165,64 @@ def make_outgoing(
     if partition_key is not None and not isinstance(partition_key, str):
         raise TypeError(f"partition_key must be a str, got {type(partition_key).__name__}")
     if ordering_key is not None:
-        if isinstance(ordering_key, str):
-            ordering_key = ordering_key.encode()
-        elif not isinstance(ordering_key, bytes):
-            raise TypeError(f"ordering_key must be bytes or str, got {type(ordering_key).__name__}")
+        ordering_key = _ordering_key(ordering_key)
     for name, value in (("sequence_id", sequence_id), ("event_timestamp", event_timestamp)):
         if value is not None:
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-            if value < 0:
-                raise ValueError(f"{name} must be >= 0, got {value}")
+            _check_non_negative_int(name, value)
     if deliver_after is not None:
-        import datetime
-        import time
-
-        if isinstance(deliver_after, datetime.timedelta):
-            delay_ms = int(deliver_after.total_seconds() * 1000)
-        elif isinstance(deliver_after, int) and not isinstance(deliver_after, bool):
-            delay_ms = deliver_after
-        else:
-            raise TypeError(
-                f"deliver_after must be a timedelta or int ms, got {type(deliver_after).__name__}"
-            )
-        deliver_at = int(time.time() * 1000) + delay_ms
+        deliver_at = _deliver_at_after(deliver_after)
     if deliver_at is not None and (not isinstance(deliver_at, int) or isinstance(deliver_at, bool)):
         raise TypeError(f"deliver_at must be an int (ms since the epoch), got {type(deliver_at).__name__}")
     if replication_clusters is not None:
-        if not isinstance(replication_clusters, (list, tuple)) or not all(
-            isinstance(c, str) for c in replication_clusters
-        ):
-            raise TypeError("replication_clusters must be a list of str")
-        replication_clusters = list(replication_clusters)
+        replication_clusters = _cluster_list(replication_clusters)
     if disable_replication:
         replication_clusters = ["__local__"]
     return OutgoingMessage(
         payload, properties, partition_key, ordering_key, event_timestamp, sequence_id, deliver_at,
         replication_clusters,
     )  # fmt: skip
+
+
+def _payload(content: Any) -> bytes:
+    if isinstance(content, str):
+        return content.encode()
+    if isinstance(content, bytes):
+        return content
+    if isinstance(content, (bytearray, memoryview)):
+        return bytes(content)
+    raise TypeError(f"content must be bytes, got {type(content).__name__}")
+
+
+def _ordering_key(value: Any) -> bytes:
+    if isinstance(value, str):
+        return value.encode()
+    if not isinstance(value, bytes):
+        raise TypeError(f"ordering_key must be bytes or str, got {type(value).__name__}")
+    return value
+
+
+def _check_non_negative_int(name: str, value: Any) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
+
+
+def _deliver_at_after(deliver_after: Any) -> int:
+    """``deliver_after`` (a timedelta or int ms from now) as an absolute time in ms since the epoch."""
+    if isinstance(deliver_after, datetime.timedelta):
+        delay_ms = int(deliver_after.total_seconds() * 1000)
+    elif isinstance(deliver_after, int) and not isinstance(deliver_after, bool):
+        delay_ms = deliver_after
+    else:
+        raise TypeError(f"deliver_after must be a timedelta or int ms, got {type(deliver_after).__name__}")
+    return int(time.time() * 1000) + delay_ms
+
+
+def _cluster_list(value: Any) -> list[str]:
+    if not isinstance(value, (list, tuple)) or not all(isinstance(c, str) for c in value):
+        raise TypeError("replication_clusters must be a list of str")
+    return list(value)
 
 
 class ReceivedEntry:
@@ -217,13 +233,15 @@ class ReceivedEntry:
             the ack trackers. partition: partition index, -1 if the topic is not partitioned. batch_size:
             items of a batched entry, 0 when not batched. topic: full topic (partition) name. metadata: the
             entry's ``MessageMetadata``. redelivery_count: from CommandMessage. consumer: the single-topic
-            consumer that received it (acks go there).
+            consumer that received it (acks go there). flow: that consumer's flow control, told when a message
+            is handed out (:meth:`~quasar.client.consumer_flow.FlowControl.handed_out`).
     """
 
     __slots__ = (
         "batch_size",
         "consumer",
         "entry_id",
+        "flow",
         "key",
         "ledger_id",
         "metadata",
@@ -239,9 +257,10 @@ class ReceivedEntry:
         partition: int,
         batch_size: int,
         topic: str,
-        metadata: Any,
+        metadata: pb.MessageMetadata,
         redelivery_count: int,
         consumer: Any,
+        flow: Any = None,
     ) -> None:
         self.ledger_id = ledger_id
         self.entry_id = entry_id
@@ -252,6 +271,7 @@ class ReceivedEntry:
         self.metadata = metadata
         self.redelivery_count = redelivery_count
         self.consumer = consumer
+        self.flow = flow
 
 
 class Message:
@@ -261,27 +281,30 @@ class Message:
     the shared :class:`ReceivedEntry`, ``index`` the batch index (-1 when not batched) and ``single`` the
     item's serialized ``SingleMessageMetadata`` (bytes, parsed on the first accessor that needs it), the parsed
     message, or None when not batched. The :class:`MessageId` is built on first use and kept.
+
+    Attributes (Quasar's own, beyond ``pulsar.Message``; read-only by convention):
+        entry: the :class:`ReceivedEntry` (position, metadata, and the consumer that received it: acks go to
+            ``entry.consumer``).
+        batch_index: index of the message in its batched entry, -1 when the entry is not batched.
     """
 
-    __slots__ = ("_data", "_entry", "_index", "_mid", "_single")
+    __slots__ = ("_data", "_mid", "_single", "batch_index", "entry")
+
+    _mid: MessageId
 
     def __init__(self, data: bytes, entry: ReceivedEntry, index: int = -1, single: Any = None) -> None:
         self._data = data
-        self._entry = entry
-        self._index = index
+        self.entry = entry
+        self.batch_index = index
         self._single = single  # _mid stays unset until message_id() (one store less per message)
 
-    @property
-    def _consumer(self) -> Any:
-        """The single-topic consumer that received the message (acks go there)."""
-        return self._entry.consumer
-
-    def _single_metadata(self) -> Any:
+    def _single_metadata(self) -> pb.SingleMessageMetadata:
         """The item's parsed ``SingleMessageMetadata`` (None when not batched)."""
         single = self._single
         if single.__class__ is bytes:
             single = self._single = _parse_single(single)
-        return single
+        parsed: pb.SingleMessageMetadata = single
+        return parsed
 
     def data(self) -> bytes:
         """The payload bytes."""
@@ -293,26 +316,26 @@ class Message:
 
     def properties(self) -> dict[str, str]:
         """User properties (a new dict on every call)."""
-        source = self._single_metadata() if self._index >= 0 else self._entry.metadata
+        source = self._single_metadata() if self.batch_index >= 0 else self.entry.metadata
         return {kv.key: kv.value for kv in source.properties} if source.properties else {}
 
     def partition_key(self) -> str:
         """Partition key, ``""`` if none (as ``pulsar.Message``)."""
-        source = self._single_metadata() if self._index >= 0 else self._entry.metadata
+        source = self._single_metadata() if self.batch_index >= 0 else self.entry.metadata
         return source.partition_key
 
     def ordering_key(self) -> bytes:
         """Ordering key, ``b""`` if none."""
-        source = self._single_metadata() if self._index >= 0 else self._entry.metadata
+        source = self._single_metadata() if self.batch_index >= 0 else self.entry.metadata
         return source.ordering_key
 
     def publish_timestamp(self) -> int:
         """Publish time, ms since the epoch (set by the producer)."""
-        return self._entry.metadata.publish_time
+        return self.entry.metadata.publish_time
 
     def event_timestamp(self) -> int:
         """Event time in ms, 0 when not set."""
-        source = self._single_metadata() if self._index >= 0 else self._entry.metadata
+        source = self._single_metadata() if self.batch_index >= 0 else self.entry.metadata
         return source.event_time
 
     def message_id(self) -> MessageId:
@@ -320,44 +343,40 @@ class Message:
         try:
             return self._mid
         except AttributeError:
-            entry = self._entry
-            index = self._index
+            entry = self.entry
+            index = self.batch_index
             size = entry.batch_size if index >= 0 else 0
             mid = self._mid = _message_id(entry.ledger_id, entry.entry_id, entry.partition, index, size)
             return mid
 
-    @property
-    def _message_id(self) -> MessageId:
-        return self.message_id()
-
     def topic_name(self) -> str:
         """Full name of the topic (partition) it came from."""
-        return self._entry.topic
+        return self.entry.topic
 
     def redelivery_count(self) -> int:
         """How many times the broker redelivered it."""
-        return self._entry.redelivery_count
+        return self.entry.redelivery_count
 
     def producer_name(self) -> str:
         """Name of the producer that published it."""
-        return self._entry.metadata.producer_name
+        return self.entry.metadata.producer_name
 
     def sequence_id(self) -> int:
         """The producer's sequence id of this message (a batch item without its own: entry's + index)."""
-        index = self._index
+        index = self.batch_index
         if index >= 0:
             single = self._single_metadata()
             if single.HasField("sequence_id"):
                 return single.sequence_id
-            return self._entry.metadata.sequence_id + index
-        return self._entry.metadata.sequence_id
+            return self.entry.metadata.sequence_id + index
+        return self.entry.metadata.sequence_id
 
     def schema_version(self) -> bytes:
         """Schema version from the metadata (``b""`` when none)."""
-        return self._entry.metadata.schema_version
+        return self.entry.metadata.schema_version
 
     def __repr__(self) -> str:
-        return f"Message(id={self.message_id()}, topic={self._entry.topic!r}, {len(self._data)} bytes)"
+        return f"Message(id={self.message_id()}, topic={self.entry.topic!r}, {len(self._data)} bytes)"
 
 
 _parse_single = pb.SingleMessageMetadata.FromString

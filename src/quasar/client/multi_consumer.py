@@ -12,31 +12,35 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from collections.abc import Coroutine
 from typing import Any
 
 from quasar.protocol import MessageId, TopicName
 
+from ._tasks import TaskOwner
 from .config import ConsumerConfig
 from .consumer import Consumer
-from .consumer_base import ConsumerBase
+from .context import ClientContext
 from .errors import AlreadyClosedError, ClientError
 from .message import Message
+from .receiver_queue import ReceiverQueue
 
 __all__ = ["MultiTopicsConsumer"]
 
 log = logging.getLogger("quasar.client")
 
 
-class MultiTopicsConsumer(ConsumerBase):
+class MultiTopicsConsumer:
     """Consumer over several topics / partitions (create it with ``AsyncClient.subscribe``).
 
     Attributes:
         topics: full names of the (partitioned) topics; consumers: the child consumers.
+        queue: the :class:`ReceiverQueue` every child delivers into.
     """
 
     def __init__(
         self,
-        context: Any,
+        context: ClientContext,
         topics: list[str],
         subscription: str,
         config: ConsumerConfig,
@@ -47,8 +51,9 @@ class MultiTopicsConsumer(ConsumerBase):
         start_message_id: MessageId | None = None,
         start_inclusive: bool = False,
     ) -> None:
-        super().__init__(f"multi-topic consumer {subscription}")
         self._context = context
+        self._state = "connecting"
+        self._tasks = TaskOwner(f"multi-topic consumer {subscription}")
         self.topics = list(topics)
         self.subscription_name = subscription
         self.config = config
@@ -59,13 +64,20 @@ class MultiTopicsConsumer(ConsumerBase):
         self._start_inclusive = start_inclusive
         self.consumers: list[Consumer] = []
         self._partitions: dict[str, int] = {}
+        self.queue = ReceiverQueue(f"consumer on {self.topic}")
 
     @property
     def topic(self) -> str:
         """The topics, comma-separated (or the pattern)."""
         return self._pattern.pattern if self._pattern is not None else ",".join(self.topics)
 
-    async def _start(self) -> None:
+    async def start(self) -> None:
+        """Subscribe every topic / partition (called by ``AsyncClient.subscribe``), then watch for new
+        partitions and pattern matches in an owned task.
+
+        Raises:
+            what :meth:`Consumer.start` raises (the children already subscribed are closed again).
+        """
         try:
             for topic in self.topics:
                 await self._add_topic(topic)
@@ -75,7 +87,13 @@ class MultiTopicsConsumer(ConsumerBase):
         self._state = "ready"
         self._tasks.spawn(self._watch(), name=f"discovery {self.subscription_name}")
         if self.config.message_listener is not None:
-            self._start_listener(self.config.message_listener, self)
+            self.start_listener(self.config.message_listener, self)
+
+    def start_listener(self, listener: Any, target: Any) -> None:
+        """Deliver every message to ``listener(target, message)`` in an owned task instead of ``receive``."""
+        self._tasks.spawn(
+            self.queue.listen(listener, target), name=f"message-listener {self.subscription_name}"
+        )
 
     def _child_config(self, partitions: int) -> ConsumerConfig:
         size = self.config.receiver_queue_size
@@ -105,11 +123,11 @@ class MultiTopicsConsumer(ConsumerBase):
                 durable=self._durable,
                 start_message_id=self._start_message_id,
                 start_inclusive=self._start_inclusive,
-                sink=self,
+                sink=self.queue,
             )
             for name, index in names
         ]
-        results = await asyncio.gather(*(c._start() for c in children), return_exceptions=True)
+        results = await asyncio.gather(*(c.start() for c in children), return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]
         self.consumers.extend(
             c for c, r in zip(children, results, strict=True) if not isinstance(r, BaseException)
@@ -144,11 +162,15 @@ class MultiTopicsConsumer(ConsumerBase):
 
     # ------------------------------------------------------------------------------ delegation --
 
-    def _child_of(self, message: Message | MessageId) -> tuple[Consumer, Message | MessageId]:
+    def child_of(self, message: Message | MessageId) -> tuple[Consumer, Message | MessageId]:
+        """The child consumer a message came from, and the message.
+
+        Raises:
+            ValueError: a MessageId whose partition does not name exactly one child (pass the Message).
+            TypeError: neither a Message nor a MessageId.
+        """
         if isinstance(message, Message):
-            if message._consumer is None:
-                raise ValueError("message does not come from this consumer")
-            return message._consumer, message
+            return message.entry.consumer, message
         if isinstance(message, MessageId):
             matches = [c for c in self.consumers if c.partition == message.partition]
             if len(matches) == 1:
@@ -159,21 +181,19 @@ class MultiTopicsConsumer(ConsumerBase):
     async def acknowledge(self, message: Message | MessageId) -> None:
         """Acknowledge on the child consumer the message came from."""
         self._check_open()
-        child, target = self._child_of(message)
-        child.acknowledge_nowait(target)
-        if child.config.ack_receipt_enabled:
-            await child._flush_acks_with_receipt()
+        child, target = self.child_of(message)
+        await child.acknowledge(target)
 
     async def acknowledge_cumulative(self, message: Message | MessageId) -> None:
         """Cumulative ack on the message's own topic/partition (as Java's multi-topic consumer)."""
         self._check_open()
-        child, target = self._child_of(message)
+        child, target = self.child_of(message)
         await child.acknowledge_cumulative(target)
 
     async def negative_acknowledge(self, message: Message | MessageId) -> None:
         """Negative ack on the child consumer the message came from."""
         self._check_open()
-        child, target = self._child_of(message)
+        child, target = self.child_of(message)
         await child.negative_acknowledge(target)
 
     async def reconsume_later(
@@ -190,7 +210,7 @@ class MultiTopicsConsumer(ConsumerBase):
         self._check_open()
         if not isinstance(message, Message):
             raise TypeError(f"reconsume_later needs the received Message, got {type(message).__name__}")
-        child, _ = self._child_of(message)
+        child, _ = self.child_of(message)
         await child.reconsume_later(message, delay_ms, properties)
 
     def redeliver_unacknowledged_messages(self) -> None:
@@ -222,11 +242,11 @@ class MultiTopicsConsumer(ConsumerBase):
         if self._state in ("closing", "closed"):
             return
         self._state = "closing"
+        self.queue.close()
         await self._tasks.aclose()
         await self._close_children()
         self._state = "closed"
-        self._wake_all()
-        self._context._forget(self)
+        self._context.forget(self)
 
     async def _close_children(self) -> None:
         await asyncio.gather(*(c.close() for c in self.consumers), return_exceptions=True)
@@ -235,6 +255,31 @@ class MultiTopicsConsumer(ConsumerBase):
     def is_connected(self) -> bool:
         """True when every child is connected."""
         return all(c.is_connected for c in self.consumers)
+
+    # ---------------------------------------------------------------------------------- receive --
+
+    def receive(self, timeout_millis: int | None = None) -> Coroutine[Any, Any, Message]:
+        """The next message of any child (awaitable); see :meth:`ReceiverQueue.receive`."""
+        return self.queue.receive(timeout_millis)
+
+    def receive_nowait(self) -> Message | None:
+        """The next message if one is queued, else None (AlreadyClosedError when closed)."""
+        return self.queue.receive_nowait()
+
+    def batch_receive(
+        self, max_num_messages: int = 100, timeout_ms: int = 100
+    ) -> Coroutine[Any, Any, list[Message]]:
+        """Up to ``max_num_messages`` messages (awaitable); see :meth:`ReceiverQueue.batch_receive`."""
+        return self.queue.batch_receive(max_num_messages, timeout_ms)
+
+    def __aiter__(self) -> MultiTopicsConsumer:
+        return self
+
+    async def __anext__(self) -> Message:
+        try:
+            return await self.queue.receive()
+        except AlreadyClosedError:
+            raise StopAsyncIteration from None
 
     def _check_open(self) -> None:
         if self._state in ("closing", "closed"):

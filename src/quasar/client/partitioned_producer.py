@@ -16,6 +16,7 @@ from quasar.protocol import MessageId, TopicName
 
 from ._tasks import TaskOwner
 from .config import ProducerConfig
+from .context import ClientContext
 from .errors import AlreadyClosedError, ClientError
 from .message import OutgoingMessage, make_outgoing
 from .op_send import Future
@@ -34,7 +35,9 @@ class PartitionedProducer:
         topic: the partitioned topic's full name. producers: the per-partition producers, by index.
     """
 
-    def __init__(self, context: Any, topic: TopicName, config: ProducerConfig, num_partitions: int) -> None:
+    def __init__(
+        self, context: ClientContext, topic: TopicName, config: ProducerConfig, num_partitions: int
+    ) -> None:
         self._context = context
         self._topic = topic
         self.topic = topic.full_name
@@ -46,7 +49,13 @@ class PartitionedProducer:
         self._loop = asyncio.get_running_loop()
         self._tasks = TaskOwner(f"partitioned producer {self.topic}")
 
-    async def _start(self) -> None:
+    async def start(self) -> None:
+        """Create and connect one producer per partition (called by ``AsyncClient.create_producer``), then
+        watch the partition count in an owned task.
+
+        Raises:
+            what :meth:`Producer.start` raises (the producers already created are closed again).
+        """
         await self._add_partitions(self._num_partitions)
         self._tasks.spawn(self._watch_partitions(), name=f"partitions {self.topic}")
 
@@ -55,7 +64,7 @@ class PartitionedProducer:
             Producer(self._context, self._topic.partition(i).full_name, self.config, partition=i)
             for i in range(len(self.producers), count)
         ]
-        results = await asyncio.gather(*(p._start() for p in new), return_exceptions=True)
+        results = await asyncio.gather(*(p.start() for p in new), return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
             await asyncio.gather(*(p.close() for p in new), return_exceptions=True)
@@ -99,13 +108,13 @@ class PartitionedProducer:
             message = make_outgoing(content, **kwargs)
             size = len(message.payload)
             producer = producers[self.router.choose(message, message.partition_key, len(producers), size)]
-            await producer._acquire()
-            producer._send_message(message, future)
+            await producer.admit()
+            producer.send_admitted(message, future)
             return future
         producer = producers[self.router.choose(content, None, len(producers), len(content))]
-        if not producer._try_admit():
-            await producer._acquire()
-        producer._send_plain(content, future)
+        if not producer.try_admit():
+            await producer.admit()
+        producer.send_admitted_payload(content, future)
         return future
 
     def send_nowait(self, content: Any, **kwargs: Any) -> asyncio.Future[MessageId]:
@@ -130,4 +139,4 @@ class PartitionedProducer:
         self._closed = True
         await self._tasks.aclose()
         await asyncio.gather(*(p.close() for p in self.producers), return_exceptions=True)
-        self._context._forget(self)
+        self._context.forget(self)

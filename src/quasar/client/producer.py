@@ -23,28 +23,34 @@ Follows seed 000 and the Java/C++ ``ProducerImpl`` (reference/pulsar-protocol.md
 * Batching (off by default, as in the Python client) uses :class:`BatchMessageContainer`; a batch is sent when
   full or ``batching_max_publish_delay_ms`` after its first message; the whole batch is compressed.
   Messages with ``deliver_at`` are sent alone. Chunking splits non-batched messages above the chunk size.
+
+The producer owns its parts: a :class:`~quasar.client.producer_encode.MessageEncoder` (SEND frames), a
+:class:`~quasar.client.producer_batch.Batcher` (the open batch and its timer) when batching is on, and a
+:class:`~quasar.client._tasks.TaskOwner` (reconnect and send-timeout tasks); ``close`` cancels all of them.
+Its public surface beyond the ``pulsar.Producer`` shape is for the other parts of the client: the connection
+port (``on_receipt``, ``on_send_error``, ``on_connection_closed``), admission into the pending queue
+(``try_admit``, ``admit``) and ``send_admitted`` / ``send_admitted_payload`` for the partitioned producer and
+the blocking facade.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import time
 from typing import Any
 
-from quasar.protocol import (
-    INT64_MAX,
-    MessageId,
-    ServerError,
-    commands,
-)
+from quasar.protocol import MessageId, ServerError, commands
+from quasar.protocol.ack_set import to_int64
 
 from ._tasks import TaskOwner
-from .batch import BatchMessageContainer
+from .batch import BatchMessageContainer, BuiltBatch
 from .client_cnx import ClientCnx
 from .config import ProducerConfig
 from .connection_pool import retry_until
+from .context import ClientContext
 from .errors import (
     AlreadyClosedError,
     BrokerResponseError,
@@ -55,28 +61,31 @@ from .errors import (
 from .message import OutgoingMessage, make_outgoing
 from .op_send import Future, OpSendMsg, complete_waiter, fail_waiter
 from .op_send import message_id as _message_id
-from .producer_encode import ProducerEncoding
+from .producer_batch import Batcher
+from .producer_encode import MessageEncoder
 
 __all__ = ["Producer"]
 
 log = logging.getLogger("quasar.client")
 
-_U64 = 1 << 64
 _NOT_OPEN = frozenset({"closing", "closed", "failed"})
 
 
-def _int64(value: int) -> int:
-    return value - _U64 if value > INT64_MAX else value
-
-
-class Producer(ProducerEncoding):
+class Producer:
     """Producer of one topic or partition (create it with ``AsyncClient.create_producer``).
 
     Attributes:
         topic: full topic (partition) name. partition: partition index, -1 if not a partition.
+        config: the :class:`ProducerConfig`. producer_id: the client-wide producer id.
+        pending_messages: messages admitted to the pending queue (``max_pending_messages``) and not yet
+            completed by a receipt or a failure (read-only).
+        on_release: None, or a callable (no arguments) called on the loop thread whenever pending messages
+            complete (receipt, failure): the blocking facade wakes its callers waiting for room with it.
     """
 
-    def __init__(self, context: Any, topic: str, config: ProducerConfig, partition: int = -1) -> None:
+    def __init__(
+        self, context: ClientContext, topic: str, config: ProducerConfig, partition: int = -1
+    ) -> None:
         self._context = context
         self.topic = topic
         self.partition = partition
@@ -84,23 +93,22 @@ class Producer(ProducerEncoding):
         self.producer_id: int = context.next_producer_id()
         self._loop = asyncio.get_running_loop()
         self._producer_name = config.producer_name
+        self._encoder = MessageEncoder(self.producer_id, config)
         self._cnx: ClientCnx | None = None
         self._state = "connecting"
         self._epoch = 0
-        self._max_message_size = 0
         self._sequence_id = 0
         self.last_sequence_id_pushed = -1
         self.last_sequence_id_published = -1
         self._last_potential_duplicate = False
         self._pending: collections.deque[OpSendMsg] = collections.deque()
-        self._pending_messages = 0
+        self.pending_messages = 0
         self._max_pending = config.max_pending_messages
-        self.on_release: Any = None  # called (no arguments) when pending messages complete; see sync.py
+        self.on_release: Any = None
         self._space_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
-        self._batch: BatchMessageContainer | None = None
-        self._batch_timer: asyncio.TimerHandle | None = None
+        self._batcher: Batcher | None = None
+        self._batch_add_plain: Any = None
         self._tasks = TaskOwner(f"producer {topic}")
-        self._schema_version = b""
         self._flush_waiters: list[tuple[OpSendMsg, asyncio.Future[None]]] = []
         self._created = False
 
@@ -122,20 +130,25 @@ class Producer(ProducerEncoding):
         return self._state == "ready"
 
     @property
-    def pending_messages(self) -> int:
-        """Messages accepted by ``send`` and not yet acknowledged by a receipt."""
-        return self._pending_messages
+    def is_open(self) -> bool:
+        """True until the producer is closing, closed or failed for good (sends are then refused)."""
+        return self._state not in _NOT_OPEN
 
     # ------------------------------------------------------------------------------------ start --
 
-    async def _start(self) -> None:
+    async def start(self) -> None:
+        """Connect: LOOKUP and PRODUCER, retried with backoff until ``operation_timeout_seconds`` (called by
+        ``AsyncClient.create_producer``); then the send-timeout task starts.
+
+        Raises:
+            BrokerResponseError (e.g. ProducerBusy), ConnectError, OperationTimeoutError.
+        """
         deadline = time.monotonic() + self._context.config.operation_timeout_seconds
-        await retry_until(deadline, self._connect_once, self._context.config, is_closed=lambda: self._closed)
+        await retry_until(deadline, self._connect_once, self._context.config, is_closed=self._is_closing)
         if self.config.send_timeout_millis > 0:
             self._tasks.spawn(self._send_timeout_loop(), name=f"send-timeout {self.topic}")
 
-    @property
-    def _closed(self) -> bool:
+    def _is_closing(self) -> bool:
         return self._state in ("closing", "closed")
 
     async def _connect_once(self) -> None:
@@ -154,26 +167,13 @@ class Producer(ProducerEncoding):
         )
         self._epoch += 1
         body = await cnx.request(frame, request_id)
-        if self._closed:
+        if self._is_closing():
             return
         self._producer_name = body.producer_name
-        self._schema_version = body.schema_version
-        self._max_message_size = cnx.max_message_size
+        self._encoder.connected(body.producer_name, body.schema_version, cnx.max_message_size)
         if not self._created:
             self._created = True
-            if self.config.initial_sequence_id is not None:
-                start = self.config.initial_sequence_id + 1
-            else:
-                start = body.last_sequence_id + 1 if body.last_sequence_id >= 0 else 0
-            self._sequence_id = start
-            self.last_sequence_id_published = start - 1
-            self.last_sequence_id_pushed = start - 1
-            if self.config.batching_enabled:
-                self._batch = BatchMessageContainer(
-                    self.config.batching_max_messages,
-                    self.config.batching_max_allowed_size_in_bytes,
-                    cnx.max_message_size,
-                )
+            self._first_connect(body.last_sequence_id, cnx.max_message_size)
         cnx.register_producer(self.producer_id, self)
         self._cnx = cnx
         self._state = "ready"
@@ -183,7 +183,26 @@ class Producer(ProducerEncoding):
                 self.last_sequence_id_pushed, self._pending[-1].highest_sequence_id
             )
 
-    def _on_connection_closed(self, cnx: ClientCnx) -> None:
+    def _first_connect(self, broker_last_sequence_id: int, max_message_size: int) -> None:
+        """Sequence ids start after ``initial_sequence_id`` or the broker's last one; the batcher is sized."""
+        if self.config.initial_sequence_id is not None:
+            start = self.config.initial_sequence_id + 1
+        else:
+            start = broker_last_sequence_id + 1 if broker_last_sequence_id >= 0 else 0
+        self._sequence_id = start
+        self.last_sequence_id_published = start - 1
+        self.last_sequence_id_pushed = start - 1
+        config = self.config
+        if config.batching_enabled:
+            container = BatchMessageContainer(
+                config.batching_max_messages, config.batching_max_allowed_size_in_bytes, max_message_size
+            )
+            delay = config.batching_max_publish_delay_ms / 1000
+            self._batcher = Batcher(container, delay, self._loop, self._send_batch)
+            self._batch_add_plain = container.add_plain
+
+    def on_connection_closed(self, cnx: ClientCnx) -> None:
+        """Connection port: ``cnx`` closed (or the broker sent CLOSE_PRODUCER); reconnect in an owned task."""
         if cnx is not self._cnx:
             return
         self._cnx = None
@@ -238,20 +257,13 @@ class Producer(ProducerEncoding):
         future: asyncio.Future[MessageId] = Future(loop=self._loop)
         if kwargs or content.__class__ is not bytes:
             message = make_outgoing(content, **kwargs)
-            await self._acquire()
+            await self.admit()
             self._send_message(message, future)
             return future
-        if not self._try_admit():
-            await self._acquire()
+        if not self.try_admit():
+            await self.admit()
         self._send_plain(content, future)
         return future
-
-    def _try_admit(self) -> bool:
-        """Take a pending-queue slot if one is free and the producer is open (else :meth:`_acquire` decides)."""
-        if self._pending_messages < self._max_pending and self._state not in _NOT_OPEN:
-            self._pending_messages += 1
-            return True
-        return False
 
     def send_nowait(self, content: Any, **kwargs: Any) -> asyncio.Future[MessageId]:
         """Queue one message without waiting.
@@ -264,9 +276,9 @@ class Producer(ProducerEncoding):
     def send_message_nowait(self, message: OutgoingMessage) -> asyncio.Future[MessageId]:
         """:meth:`send_nowait` of an already validated :class:`OutgoingMessage` (from ``make_outgoing``)."""
         self._check_open()
-        if self._pending_messages >= self.config.max_pending_messages:
-            raise ProducerQueueIsFullError(f"{self._pending_messages} messages pending on {self.topic}")
-        self._pending_messages += 1
+        if self.pending_messages >= self._max_pending:
+            raise ProducerQueueIsFullError(f"{self.pending_messages} messages pending on {self.topic}")
+        self.pending_messages += 1
         future: asyncio.Future[MessageId] = Future(loop=self._loop)
         self._send_message(message, future)
         return future
@@ -285,36 +297,61 @@ class Producer(ProducerEncoding):
         """
         if self._state in _NOT_OPEN:
             error: ClientError = AlreadyClosedError(f"producer on {self.topic} is {self._state}")
-        elif self._pending_messages >= self._max_pending and not self.config.block_if_queue_full:
-            error = ProducerQueueIsFullError(f"{self._pending_messages} messages pending on {self.topic}")
+        elif self.pending_messages >= self._max_pending and not self.config.block_if_queue_full:
+            error = ProducerQueueIsFullError(f"{self.pending_messages} messages pending on {self.topic}")
         else:
-            self._pending_messages += 1
+            self.pending_messages += 1
             if item.__class__ is bytes:
-                self._send_plain(item, callback)  # type: ignore[arg-type]
+                self._send_plain(item, callback)
             else:
-                self._send_message(item, callback)  # type: ignore[arg-type]
+                self._send_message(item, callback)  # type: ignore[arg-type]  # not bytes: an OutgoingMessage
             return
         fail_waiter(callback, error)
 
-    def _check_open(self) -> None:
-        if self._state in ("closing", "closed", "failed"):
-            raise AlreadyClosedError(f"producer on {self.topic} is {self._state}")
+    # ------------------------------------------------------------------------- pending-queue port --
 
-    async def _acquire(self) -> None:
+    def try_admit(self) -> bool:
+        """Take a pending-queue slot if one is free and the producer is open; False otherwise (then
+        :meth:`admit` waits or raises). An admitted message must be given to :meth:`send_admitted` or
+        :meth:`send_admitted_payload`."""
+        if self.pending_messages < self._max_pending and self._state not in _NOT_OPEN:
+            self.pending_messages += 1
+            return True
+        return False
+
+    async def admit(self) -> None:
+        """Take a pending-queue slot, waiting for one with ``block_if_queue_full``.
+
+        Raises:
+            AlreadyClosedError: the producer is (or gets) closed.
+            ProducerQueueIsFullError: ``max_pending_messages`` are pending and not ``block_if_queue_full``.
+        """
         self._check_open()
-        while self._pending_messages >= self.config.max_pending_messages:
+        while self.pending_messages >= self._max_pending:
             if not self.config.block_if_queue_full:
-                raise ProducerQueueIsFullError(f"{self._pending_messages} messages pending on {self.topic}")
+                raise ProducerQueueIsFullError(f"{self.pending_messages} messages pending on {self.topic}")
             waiter: asyncio.Future[None] = self._loop.create_future()
             self._space_waiters.append(waiter)
             await waiter
             self._check_open()
-        self._pending_messages += 1
+        self.pending_messages += 1
+
+    def send_admitted(self, message: OutgoingMessage, waiter: Any) -> None:
+        """Send an admitted message; its outcome goes to ``waiter`` (see :mod:`quasar.client.op_send`)."""
+        self._send_message(message, waiter)
+
+    def send_admitted_payload(self, payload: bytes, waiter: Any) -> None:
+        """Send an admitted message given as bare payload bytes (the batching short path)."""
+        self._send_plain(payload, waiter)
+
+    def _check_open(self) -> None:
+        if self._state in _NOT_OPEN:
+            raise AlreadyClosedError(f"producer on {self.topic} is {self._state}")
 
     def _release(self, count: int) -> None:
         if count <= 0:
             return
-        self._pending_messages -= count
+        self.pending_messages -= count
         waiters = self._space_waiters
         while count > 0 and waiters:
             waiter = waiters.popleft()
@@ -326,20 +363,20 @@ class Producer(ProducerEncoding):
 
     def _send_plain(self, payload: bytes, waiter: Any) -> None:
         """Send bare payload bytes (already admitted to the pending queue)."""
-        batch = self._batch
+        batcher = self._batcher
         sequence_id = self._sequence_id
         if (
-            batch is not None
+            batcher is not None
             and not self._last_potential_duplicate
             and sequence_id > self.last_sequence_id_pushed
         ):
-            full = batch.add_plain(payload, sequence_id, waiter)
+            full = self._batch_add_plain(payload, sequence_id, waiter)  # Batcher.add_plain, inlined
             if full is not None:
                 self._sequence_id = sequence_id + 1
                 if full:
-                    self._send_batch()
-                elif self._batch_timer is None:
-                    self._start_batch_timer()
+                    batcher.send()
+                elif batcher.timer is None:
+                    batcher.arm_timer()
                 return
         self._send_message(OutgoingMessage(payload), waiter)  # general path: no room, no batching, ...
 
@@ -350,29 +387,39 @@ class Producer(ProducerEncoding):
         else:
             sequence_id = self._sequence_id
             self._sequence_id += 1
-        batch = self._batch
-        if batch is not None and message.deliver_at is None:
-            size = len(message.payload)
+        batcher = self._batcher
+        if batcher is not None and message.deliver_at is None:
             if sequence_id <= self.last_sequence_id_pushed:
                 # seed 000: a possible duplicate goes out in a batch of its own
                 self._last_potential_duplicate = True
                 if sequence_id <= self.last_sequence_id_published:
                     log.warning("message with sequence id %d is definitely a duplicate", sequence_id)
-                self._batch_send_and_add(message, sequence_id, waiter)
-            elif self._last_potential_duplicate or not batch.has_enough_space(size):
-                self._batch_send_and_add(message, sequence_id, waiter)
+                batcher.add_after_send(message, sequence_id, waiter)
+            elif self._last_potential_duplicate or not batcher.has_room(len(message.payload)):
+                batcher.add_after_send(message, sequence_id, waiter)
                 self._last_potential_duplicate = False
             else:
-                if batch.add(message, sequence_id, waiter):
-                    self._send_batch()
-                elif self._batch_timer is None:
-                    self._start_batch_timer()
+                batcher.add(message, sequence_id, waiter)
             return
         try:
-            self._send_single(message, sequence_id, waiter)
+            ops = self._encoder.encode_single(message, sequence_id, waiter)
         except ClientError as exc:
             self._release(1)
             fail_waiter(waiter, exc)
+            return
+        for op in ops:
+            self._push(op)
+
+    def _send_batch(self, built: BuiltBatch) -> None:
+        """The batcher's ``on_batch``: encode the closed batch and push it (or fail its messages)."""
+        try:
+            op = self._encoder.encode_batch(built)
+        except ClientError as exc:
+            self._release(built.num_messages)
+            for waiter in built.waiters:
+                fail_waiter(waiter, exc)
+            return
+        self._push(op)
 
     def _push(self, op: OpSendMsg) -> None:
         self._pending.append(op)
@@ -384,7 +431,8 @@ class Producer(ProducerEncoding):
 
     # --------------------------------------------------------------------------------- receipts --
 
-    def _on_receipt(self, frame: Any) -> None:
+    def on_receipt(self, frame: Any) -> None:
+        """Connection port: a SEND_RECEIPT for this producer (matched to the head of the pending queue)."""
         body = frame.command.send_receipt
         sequence_id = body.sequence_id
         pending = self._pending
@@ -404,8 +452,8 @@ class Producer(ProducerEncoding):
         if op.highest_sequence_id > self.last_sequence_id_published:
             self.last_sequence_id_published = op.highest_sequence_id
         mid = body.message_id
-        ledger_id = _int64(mid.ledgerId)
-        entry_id = _int64(mid.entryId)
+        ledger_id = to_int64(mid.ledgerId)
+        entry_id = to_int64(mid.entryId)
         partition = self.partition
         waiters = op.waiters
         if op.num_messages == 1 or len(waiters) == 1:
@@ -429,7 +477,9 @@ class Producer(ProducerEncoding):
         if self._flush_waiters:
             self._wake_flush(op)
 
-    def _on_send_error(self, frame: Any) -> None:
+    def on_send_error(self, frame: Any) -> None:
+        """Connection port: a SEND_ERROR for this producer (a checksum error fails the head op, anything else
+        reconnects and resends)."""
         body = frame.command.send_error
         head = self._pending[0] if self._pending else None
         if (
@@ -455,8 +505,8 @@ class Producer(ProducerEncoding):
         pending, self._pending = self._pending, collections.deque()
         for op in pending:
             self._fail_op(op, error)
-        if self._batch is not None and not self._batch.is_empty:
-            waiters = self._batch.discard()
+        if self._batcher is not None:
+            waiters = self._batcher.discard()
             self._release(len(waiters))
             for waiter in waiters:
                 fail_waiter(waiter, error)
@@ -494,8 +544,8 @@ class Producer(ProducerEncoding):
 
     async def flush(self) -> None:
         """Send the open batch now and wait until every message pending now has a receipt (or failed)."""
-        if self._batch is not None and not self._batch.is_empty:
-            self._send_batch()
+        if self._batcher is not None:
+            self._batcher.send()
         if not self._pending:
             return
         waiter: asyncio.Future[None] = self._loop.create_future()
@@ -507,10 +557,8 @@ class Producer(ProducerEncoding):
         if self._state in ("closing", "closed"):
             return
         if self._state == "ready":
-            try:
+            with contextlib.suppress(TimeoutError):  # what is still pending fails below
                 await asyncio.wait_for(self.flush(), self._context.config.operation_timeout_seconds)
-            except TimeoutError:
-                pass
         self._state = "closing"
         cnx = self._cnx
         if cnx is not None and not cnx.is_closed:
@@ -521,12 +569,12 @@ class Producer(ProducerEncoding):
                 log.info("close of producer %s: %s", self.topic, exc)
             cnx.remove_producer(self.producer_id)
         self._cnx = None
-        if self._batch_timer is not None:
-            self._batch_timer.cancel()
+        if self._batcher is not None:
+            self._batcher.close()
         self._fail_pending(AlreadyClosedError(f"producer on {self.topic} closed"))
         for waiter in self._space_waiters:
             if not waiter.done():
                 waiter.set_result(None)
         self._state = "closed"
         await self._tasks.aclose()
-        self._context._forget(self)
+        self._context.forget(self)

@@ -7,7 +7,7 @@ handed out.
 
 from __future__ import annotations
 
-from quasar.protocol import EARLIEST, LATEST, MessageId
+from quasar.protocol import EARLIEST, LATEST, MessageId, SubType
 
 from .consumer import Consumer
 from .message import Message
@@ -34,8 +34,8 @@ class Reader:
     async def read_next(self, timeout_millis: int | None = None) -> Message:
         """The next message (``timeout_millis`` as ``Consumer.receive``)."""
         message = await self._consumer.receive(timeout_millis)
-        child = message._consumer
-        if child is not None and child.config.consumer_type == 0:
+        child = message.entry.consumer
+        if child.config.consumer_type == SubType.Exclusive:
             await child.acknowledge_cumulative(message)
         return message
 
@@ -47,16 +47,16 @@ class Reader:
         messages = await self._consumer.batch_receive(max_num_messages, timeout_millis)
         acked: set[int] = set()
         for message in reversed(messages):
-            child = message._consumer
-            if child is not None and id(child) not in acked:
+            child = message.entry.consumer
+            if id(child) not in acked:
                 acked.add(id(child))
-                if child.config.consumer_type == 0:
+                if child.config.consumer_type == SubType.Exclusive:
                     await child.acknowledge_cumulative(message)
         return messages
 
     async def has_message_available(self) -> bool:
         """True when a message is queued or the topic has messages after the last one read."""
-        if self._consumer._queue:
+        if self._consumer.queue:
             return True
         children = [self._consumer] if isinstance(self._consumer, Consumer) else self._consumer.consumers
         for child in children:
@@ -69,10 +69,10 @@ class Reader:
         if last.ledger_id < 0 or last.entry_id < 0:
             return False
         last_key = (last.ledger_id, last.entry_id, last.batch_index)
-        dequeued = child._last_dequeued
+        dequeued = child.last_dequeued
         if dequeued is not None:
             return last_key > (dequeued.ledger_id, dequeued.entry_id, dequeued.batch_index)
-        start = child._start_message_id or self._start
+        start = child.start_message_id or self._start
         if start == EARLIEST:
             return True
         if start == LATEST:

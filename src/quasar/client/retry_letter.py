@@ -22,7 +22,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -99,16 +99,27 @@ class RetryLetterHandler:
     """``reconsume_later`` of one single-topic consumer (one per child of a multi-topics consumer, as Java).
 
     Args:
-        consumer: the :class:`~quasar.client.consumer.Consumer`.
-        dead_letter: its :class:`DeadLetterHandler` (whose policy names the retry and dead-letter topics and
-            ``max_redeliver_count``; its producer takes the messages past the limit).
+        dead_letter: the consumer's :class:`DeadLetterHandler` (whose policy names the retry and dead-letter
+            topics and ``max_redeliver_count``; its producer takes the messages past the limit).
+        acknowledge: the consumer's ``acknowledge`` (the original is acked once its copy is stored).
+        redeliver: the consumer's ``Acknowledger.redeliver`` (the original comes back when the copy fails).
+        create_producer: ``AsyncClient.create_producer``.
     """
 
-    def __init__(self, consumer: Any, dead_letter: DeadLetterHandler) -> None:
+    def __init__(
+        self,
+        dead_letter: DeadLetterHandler,
+        *,
+        acknowledge: Callable[[Message], Awaitable[None]],
+        redeliver: Callable[[list[tuple[int, int]]], None],
+        create_producer: Callable[..., Awaitable[Any]],
+    ) -> None:
         policy = dead_letter.policy
         if policy.retry_letter_topic is None:
             raise ValueError("the dead-letter policy of a retry_enable consumer needs a retry_letter_topic")
-        self._consumer = consumer
+        self._acknowledge = acknowledge
+        self._redeliver = redeliver
+        self._create = create_producer
         self._dead_letter = dead_letter
         self.topic = policy.retry_letter_topic
         self.max_reconsume_times = policy.max_redeliver_count
@@ -116,7 +127,7 @@ class RetryLetterHandler:
 
     async def _create_producer(self) -> Any:
         # Java: enableBatching(false), enableChunking(true), blockIfQueueFull(false)
-        return await self._consumer._context.create_producer(
+        return await self._create(
             self.topic, batching_enabled=False, chunking_enabled=True, block_if_queue_full=False
         )
 
@@ -145,7 +156,6 @@ class RetryLetterHandler:
                 raise ValueError(f"{RECONSUMETIMES} property must be an integer, got {previous!r}") from None
         copy[RECONSUMETIMES] = str(times)
         copy[DELAY_TIME] = str(delay_ms)
-        consumer = self._consumer
         try:
             if times > self.max_reconsume_times:
                 await self._dead_letter.publish(message, copy)
@@ -153,13 +163,10 @@ class RetryLetterHandler:
             else:
                 await send_copy(await self._producer.get(), message, copy, delay_ms)
                 target = self.topic
-            await consumer.acknowledge(message)
+            await self._acknowledge(message)
         except ClientError as exc:
             log.warning("reconsume_later of %s failed (%s); redelivering it", message.message_id(), exc)
-            entry = message._entry.key
-            if consumer._unacked is not None:
-                consumer._unacked.remove(entry)
-            consumer.redeliver_unacknowledged_messages([entry])
+            self._redeliver([message.entry.key])
             raise
         log.debug("reconsume_later: %s -> %s (%s=%d)", message.message_id(), target, RECONSUMETIMES, times)
 

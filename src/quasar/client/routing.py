@@ -11,7 +11,7 @@ Sources: semantics.md B5 "Routing"; Java ``JavaStringHash``, ``Murmur3_32Hash``,
   (checked against ``pulsar.BoostHash::makeHash`` of pulsar-client 3.13 / C++ 4.2 and against the partitions it
   chooses, see tests/client/test_producer_routing_interop.py).
 * ``JavaStringHash``: Java ``String.hashCode`` (``31*h + c`` over UTF-16 code units, int32 wrap-around)
-  ``& INT_MAX``. ``Murmur3_32Hash``: MurmurHash3 x86_32, seed 0, over the key's UTF-8 bytes, ``& INT_MAX``.
+  ``& INT_MAX``. ``Murmur3_32Hash``: ``murmur3_32(key.encode()) & INT_MAX`` (:mod:`quasar.protocol.hashing`).
 * RoundRobinDistribution without a key, with batching on: the producer stays on one partition, starting at a
   random one, and moves to the next when the messages routed there since the last switch fill a batch
   (``batching_max_messages`` messages, or ``batching_max_allowed_size_in_bytes`` would be exceeded), as the C++
@@ -29,6 +29,8 @@ import struct
 import time
 from collections.abc import Callable
 from typing import Any
+
+from quasar.protocol.hashing import murmur3_32
 
 from .config import HashingScheme, PartitionsRoutingMode, ProducerConfig
 from .message import OutgoingMessage
@@ -96,39 +98,10 @@ def java_string_hash(key: str) -> int:
     return h & _INT_MAX
 
 
-def murmur3_32_hash(key: str | bytes, seed: int = 0) -> int:
-    """MurmurHash3 x86_32 of the UTF-8 bytes of ``key`` ``& Integer.MAX_VALUE`` (Pulsar ``Murmur3_32Hash``)."""
-    data = key.encode("utf-8") if isinstance(key, str) else key
-    length = len(data)
-    h = seed & _U32
-    c1, c2 = 0xCC9E2D51, 0x1B873593
-    rounded = length & ~3
-    for (k,) in struct.iter_unpack("<I", data[:rounded]):
-        k = (k * c1) & _U32
-        k = ((k << 15) | (k >> 17)) & _U32
-        k = (k * c2) & _U32
-        h ^= k
-        h = ((h << 13) | (h >> 19)) & _U32
-        h = (h * 5 + 0xE6546B64) & _U32
-    tail = data[rounded:]
-    k = 0
-    if len(tail) == 3:
-        k ^= tail[2] << 16
-    if len(tail) >= 2:
-        k ^= tail[1] << 8
-    if tail:
-        k ^= tail[0]
-        k = (k * c1) & _U32
-        k = ((k << 15) | (k >> 17)) & _U32
-        k = (k * c2) & _U32
-        h ^= k
-    h ^= length
-    h ^= h >> 16
-    h = (h * 0x85EBCA6B) & _U32
-    h ^= h >> 13
-    h = (h * 0xC2B2AE35) & _U32
-    h ^= h >> 16
-    return h & _INT_MAX
+def murmur3_32_hash(key: str | bytes) -> int:
+    """Pulsar's ``Murmur3_32Hash`` routing hash: MurmurHash3 x86_32 (seed 0, :func:`quasar.protocol.hashing.murmur3_32`)
+    of the key's UTF-8 bytes ``& Integer.MAX_VALUE``."""
+    return murmur3_32(key.encode("utf-8") if isinstance(key, str) else key) & _INT_MAX
 
 
 _HASHES: dict[HashingScheme, Callable[[str], int]] = {

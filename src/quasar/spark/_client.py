@@ -50,6 +50,7 @@ from quasar.client import (
     MessageId,
     ReceiveTimeoutError,
 )
+from quasar.errors import QuasarError
 from quasar.spark.errors import (
     BrokerUnavailableError,
     DataLossError,
@@ -66,52 +67,13 @@ log = logging.getLogger("quasar.spark")
 
 #: One message read: (key or None, value bytes, ledgerId, entryId, batchIndex, publish ms, event ms (0 =
 #: unset), properties dict, redelivery count, serialized MessageId bytes).
-RawMessage = tuple[Any, bytes, int, int, int, int, int, dict, int, bytes]
+RawMessage = tuple[Any, bytes, int, int, int, int, int, dict[str, str], int, bytes]
 
-_CLIENTS: dict[tuple, Client] = {}
+_CLIENTS: dict[tuple[int, str, tuple[tuple[str, str], ...]], Client] = {}
 _CLIENTS_LOCK = threading.Lock()
 
 #: Messages taken from a reader per loop round trip at most (its receiver queue bounds it too).
 _CHUNK = 1000
-
-
-def _varint(value: int) -> bytes:
-    """Protobuf varint of a uint64 (negative int32/int64 as their 64-bit two's complement, as protobuf does)."""
-    value &= _U64
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-_U64 = (1 << 64) - 1
-#: ``batch_index`` field (4) bytes per index, built on first use (batch indexes repeat in every entry).
-_BATCH_FIELD: dict[int, bytes] = {}
-
-
-def _id_prefix(ledger: int, entry: int, partition: int) -> bytes:
-    """``MessageIdData`` fields 1-3 (ledgerId, entryId, partition unless -1)."""
-    head = b"\x08" + _varint(ledger) + b"\x10" + _varint(entry)
-    return head if partition == -1 else head + b"\x18" + _varint(partition)
-
-
-def _serialized_id(prefix: bytes, batch: int, size_field: bytes) -> bytes:
-    """``MessageIdData`` bytes, byte for byte those of ``quasar.client.MessageId.serialize()`` and the C++
-    ``MessageId::serialize``: ``prefix`` from :func:`_id_prefix`, then batch_index (4) unless -1, then
-    ``size_field`` (batch_size (6) unless 0, see :func:`_size_field`). Built per entry and per index, not
-    through a protobuf object per message."""
-    if batch == -1:
-        return prefix + size_field
-    field = _BATCH_FIELD.get(batch)
-    if field is None:
-        field = _BATCH_FIELD[batch] = b"\x20" + _varint(batch)
-    return prefix + field + size_field
-
-
-def _size_field(size: int) -> bytes:
-    return b"" if size == 0 else b"\x30" + _varint(size)
 
 
 def _close(reader: Any, topic_partition: str) -> None:
@@ -246,7 +208,12 @@ class BrokerClient:
 
     # ------------------------------------------------------------------ reading (driver and executors)
     def _reader(
-        self, topic_partition: str, start: Position, reader_conf: tuple, *, inclusive_entry: bool
+        self,
+        topic_partition: str,
+        start: Position,
+        reader_conf: tuple[tuple[str, str], ...],
+        *,
+        inclusive_entry: bool,
     ) -> Any:
         """A non-durable :class:`quasar.client.Reader` at ``start``'s entry (OptionError for bad
         ``quasar.reader.*`` values, BrokerUnavailableError when it cannot be opened)."""
@@ -272,7 +239,7 @@ class BrokerClient:
         *,
         poll_timeout_ms: int,
         fail_on_data_loss: bool,
-        reader_conf: tuple = (),
+        reader_conf: tuple[tuple[str, str], ...] = (),
     ) -> Iterator[RawMessage]:
         """Yield the messages ``start < id <= end`` of one topic partition, batch messages unpacked.
 
@@ -280,6 +247,7 @@ class BrokerClient:
         message received proves the start was still there: if it is not ``start``'s entry (or entry 0 of
         ``start``'s ledger for a position before an entry 0), the range between was trimmed. Messages are
         taken from the reader's queue in chunks of up to 1000, one hop to the client's event loop per chunk.
+        Each row's ``messageId`` is ``MessageId.serialize()`` of the message's id (the official client's format).
 
         Raises:
             DataLossError: the start was trimmed, or no message arrived for ``poll_timeout_ms`` before ``end``
@@ -290,77 +258,8 @@ class BrokerClient:
         if end.key <= start.key:
             return
         reader = self._reader(topic_partition, start, reader_conf, inclusive_entry=True)
-        # read_batch takes every queued message in one loop round trip (read_next would make one per message).
-        _, partition = partition_index(topic_partition)
-        start_key, end_key = start.key, end.key
-        start_entry, end_entry = start_key[:2], end_key[:2]
-        expect = None if start.is_earliest else (start.ledger_id, max(start.entry_id, 0))
-        cur_ledger = cur_entry = None  # entry of the previous message: per-entry work is done once per entry
-        at_start = at_end = False
-        prefix = size_field = b""
-        size = 0
         try:
-            while True:
-                try:
-                    chunk = reader.read_batch(_CHUNK, poll_timeout_ms)
-                except ClientError as exc:
-                    raise BrokerUnavailableError(f"reading {topic_partition} failed: {exc}") from exc
-                if not chunk:
-                    text = (
-                        f"{topic_partition}: no message for {poll_timeout_ms} ms (option 'pollTimeoutMs') "
-                        f"before the end position {end} was reached"
-                    )
-                    if fail_on_data_loss:
-                        raise DataLossError(text + "; set failOnDataLoss=false to skip")
-                    log.warning("%s; skipping the rest of the range", text)
-                    return
-                last = chunk[-1]
-                for msg in chunk:
-                    mid = msg.message_id()
-                    ledger, entry, batch = mid.ledger_id, mid.entry_id, mid.batch_index
-                    if entry != cur_entry or ledger != cur_ledger:
-                        cur_ledger, cur_entry = ledger, entry
-                        current = (ledger, entry)
-                        if expect is not None:
-                            if current != expect:
-                                text = (
-                                    f"{topic_partition}: messages after {start} are gone (first readable "
-                                    f"message is {ledger}:{entry}:{batch}); they were trimmed or the topic "
-                                    "was recreated"
-                                )
-                                if fail_on_data_loss:
-                                    raise DataLossError(text + "; set failOnDataLoss=false to skip them")
-                                log.warning("%s; skipping them", text)
-                            expect = None
-                        if current > end_entry:
-                            return
-                        at_start, at_end = current <= start_entry, current == end_entry
-                        size = mid.batch_size
-                        prefix, size_field = _id_prefix(ledger, entry, partition), _size_field(size)
-                    if at_start and (ledger, entry, batch if batch >= 0 else ENTRY_END) <= start_key:
-                        continue
-                    if at_end and (ledger, entry, batch if batch >= 0 else ENTRY_END) > end_key:
-                        return
-                    yield (
-                        msg.partition_key() or None,
-                        msg.data(),
-                        ledger,
-                        entry,
-                        batch,
-                        msg.publish_timestamp(),
-                        msg.event_timestamp(),
-                        msg.properties(),
-                        msg.redelivery_count(),
-                        _serialized_id(prefix, batch, size_field),
-                    )
-                    if at_end:
-                        # end's entry is done at end's message or at the entry's last one: the batch size
-                        # tells, else (size unknown) ask the broker whether anything follows once the chunk is
-                        # used up (a later message there would be past the end anyway)
-                        if batch < 0 or (size > 0 and batch >= size - 1) or batch == end.batch_index:
-                            return
-                        if size <= 0 and msg is last and not reader.has_message_available():
-                            return
+            yield from _RangeScan(reader, topic_partition, start, end, poll_timeout_ms, fail_on_data_loss)
         finally:
             _close(reader, topic_partition)
 
@@ -410,7 +309,7 @@ class BrokerClient:
         """
         try:
             mid = MessageId.deserialize(bytes(raw))
-        except Exception as exc:
+        except (QuasarError, TypeError, ValueError) as exc:
             raise OptionError(f"{raw!r} is not a serialized MessageId: {exc}") from None
         return mid.partition, mid.ledger_id, mid.entry_id, mid.batch_index
 
@@ -436,13 +335,15 @@ class BrokerClient:
                     consumer.acknowledge_cumulative(MessageId(position.ledger_id, entry, index, -1))
             finally:
                 consumer.close()
-        except Exception as exc:
+        except (QuasarError, TypeError, ValueError, OSError) as exc:
             log.warning(
                 "could not move subscription %s on %s to %s: %s", subscription, topic_partition, position, exc
             )
 
     # ------------------------------------------------------------------ writing (executors)
-    def producer(self, topic: str, producer_conf: tuple, producer_name: str | None = None) -> TopicProducer:
+    def producer(
+        self, topic: str, producer_conf: tuple[tuple[str, str], ...], producer_name: str | None = None
+    ) -> TopicProducer:
         """A producer on ``topic`` (``quasar.producer.*`` passthrough applied).
 
         Raises:
@@ -479,7 +380,7 @@ class TopicProducer:
 
     def __init__(self, producer: Any, topic: str) -> None:
         self._producer = producer
-        self._send: Callable = producer.send_async
+        self._send: Callable[..., None] = producer.send_async
         self._failures: list[str] = []
         self._callback = self._on_receipt
         self.topic = topic
@@ -494,7 +395,7 @@ class TopicProducer:
         self,
         value: bytes,
         key: str | None,
-        properties: dict | None,
+        properties: dict[str, str] | None,
         event_time_ms: int | None,
         sequence_id: int | None,
     ) -> None:
@@ -522,7 +423,7 @@ class TopicProducer:
         """Wait for all receipts; raises SinkWriteError if any send failed."""
         try:
             self._producer.flush()
-        except Exception as exc:
+        except QuasarError as exc:
             raise SinkWriteError(f"flushing messages to {self.topic} failed: {exc}") from exc
         if self._failures:
             raise SinkWriteError(
@@ -532,5 +433,116 @@ class TopicProducer:
     def close(self) -> None:
         try:
             self._producer.close()
-        except Exception as exc:  # closing after a failure must not hide the failure
+        except QuasarError as exc:  # closing after a failure must not hide the failure
             log.warning("closing the producer on %s failed: %s", self.topic, exc)
+
+
+class _RangeScan:
+    """The messages ``start < id <= end`` of one open reader (see :meth:`BrokerClient.read_range`); per-entry
+    checks are done once per entry, not per message."""
+
+    def __init__(
+        self,
+        reader: Any,
+        topic_partition: str,
+        start: Position,
+        end: Position,
+        poll_timeout_ms: int,
+        fail_on_data_loss: bool,
+    ) -> None:
+        self._reader = reader
+        self._topic_partition = topic_partition
+        self._start = start
+        self._end = end
+        self._poll_timeout_ms = poll_timeout_ms
+        self._fail_on_data_loss = fail_on_data_loss
+        #: the entry the first message must come from (None: nothing to check)
+        self._expect = None if start.is_earliest else (start.ledger_id, max(start.entry_id, 0))
+
+    def __iter__(self) -> Iterator[RawMessage]:
+        reader, end = self._reader, self._end
+        start_key, end_key = self._start.key, end.key
+        start_entry, end_entry = start_key[:2], end_key[:2]
+        cur_ledger = cur_entry = None  # entry of the previous message: per-entry work is done once per entry
+        at_start = at_end = False
+        size = 0
+        while True:
+            chunk = self._next_chunk()
+            if not chunk:
+                return
+            last = chunk[-1]
+            for msg in chunk:
+                mid = msg.message_id()
+                ledger, entry, batch = mid.ledger_id, mid.entry_id, mid.batch_index
+                if entry != cur_entry or ledger != cur_ledger:
+                    cur_ledger, cur_entry = ledger, entry
+                    current = (ledger, entry)
+                    self._check_first_entry(current, batch)
+                    if current > end_entry:
+                        return
+                    at_start, at_end = current <= start_entry, current == end_entry
+                    size = mid.batch_size
+                if at_start and (ledger, entry, batch if batch >= 0 else ENTRY_END) <= start_key:
+                    continue
+                if at_end and (ledger, entry, batch if batch >= 0 else ENTRY_END) > end_key:
+                    return
+                yield (
+                    msg.partition_key() or None,
+                    msg.data(),
+                    ledger,
+                    entry,
+                    batch,
+                    msg.publish_timestamp(),
+                    msg.event_timestamp(),
+                    msg.properties(),
+                    msg.redelivery_count(),
+                    mid.serialize(),
+                )
+                if at_end:
+                    # end's entry is done at end's message or at the entry's last one: the batch size tells,
+                    # else (size unknown) ask the broker whether anything follows once the chunk is used up
+                    # (a later message there would be past the end anyway)
+                    if batch < 0 or (size > 0 and batch >= size - 1) or batch == end.batch_index:
+                        return
+                    if size <= 0 and msg is last and not reader.has_message_available():
+                        return
+
+    def _next_chunk(self) -> list[Any]:
+        """Up to 1000 queued messages; [] when none came for ``poll_timeout_ms`` (DataLossError if that is
+        not allowed, else a warning and the end of the scan).
+
+        Raises:
+            BrokerUnavailableError: reading failed. DataLossError: see above.
+        """
+        try:
+            chunk: list[Any] = self._reader.read_batch(_CHUNK, self._poll_timeout_ms)
+        except ClientError as exc:
+            raise BrokerUnavailableError(f"reading {self._topic_partition} failed: {exc}") from exc
+        if not chunk:
+            text = (
+                f"{self._topic_partition}: no message for {self._poll_timeout_ms} ms (option 'pollTimeoutMs') "
+                f"before the end position {self._end} was reached"
+            )
+            if self._fail_on_data_loss:
+                raise DataLossError(text + "; set failOnDataLoss=false to skip")
+            log.warning("%s; skipping the rest of the range", text)
+        return chunk
+
+    def _check_first_entry(self, current: tuple[int, int], batch: int) -> None:
+        """The first message read must come from the start's entry, else the messages between were trimmed.
+
+        Raises:
+            DataLossError: they were, and ``fail_on_data_loss``.
+        """
+        expect = self._expect
+        if expect is None:
+            return
+        self._expect = None
+        if current != expect:
+            text = (
+                f"{self._topic_partition}: messages after {self._start} are gone (first readable message is "
+                f"{current[0]}:{current[1]}:{batch}); they were trimmed or the topic was recreated"
+            )
+            if self._fail_on_data_loss:
+                raise DataLossError(text + "; set failOnDataLoss=false to skip them")
+            log.warning("%s; skipping them", text)

@@ -8,6 +8,7 @@ options; option checking happens in :meth:`reader`/:meth:`writer`/..., i.e. when
 
 from __future__ import annotations
 
+from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
@@ -61,6 +62,6 @@ class QuasarDataSource(DataSource):
         return QuasarStreamWriter(config, check_sink_schema(schema, config))
 
 
-def register(spark) -> None:
+def register(spark: SparkSession) -> None:
     """Register :class:`QuasarDataSource` with ``spark`` (a SparkSession) as format ``quasar``."""
     spark.dataSource.register(QuasarDataSource)

@@ -64,7 +64,9 @@ WRITE_OPTIONS = ("service.url", "admin.url", "topic", "quasar.client.*", "quasar
 DEFAULT_SERVICE_URL = "pulsar://127.0.0.1:6650"
 
 
-def _check_names(options: Mapping[str, str], valid: tuple[str, ...], prefixes: tuple[str, ...], kind: str):
+def _check_names(
+    options: Mapping[str, str], valid: tuple[str, ...], prefixes: tuple[str, ...], kind: str
+) -> None:
     allowed = {name.lower() for name in valid if not name.endswith("*")} | _SPARK_ADDED
     for key in options:
         low = key.lower()
@@ -177,7 +179,7 @@ def parse_read(options: Mapping[str, str]) -> ReadConfig:
     starting = None
     if options.get("startingoffsets") is not None:
         starting = parse_offsets_option("startingOffsets", options["startingoffsets"])
-    ending = StartSpec("latest")
+    ending: StartSpec | dict[str, StartSpec] = StartSpec("latest")
     if options.get("endingoffsets") is not None:
         ending = parse_offsets_option("endingOffsets", options["endingoffsets"])
         specs = ending.values() if isinstance(ending, dict) else [ending]

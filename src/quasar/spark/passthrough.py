@@ -73,7 +73,7 @@ def _parse(text: str, kind: Any) -> Any:
     raise ValueError(f"expected one of {', '.join(names)}")
 
 
-def convert(conf: tuple[tuple[str, str], ...], table: dict, prefix: str) -> dict[str, Any]:
+def convert(conf: tuple[tuple[str, str], ...], table: dict[str, Any], prefix: str) -> dict[str, Any]:
     """Map passthrough pairs to :mod:`quasar.client` keyword arguments (the official client's names, which
     quasar.client shares); OptionError for unknown keys or bad values. Official-client options quasar.client
     does not have are checked and dropped (logged)."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterator
+from typing import Any
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
@@ -184,7 +185,7 @@ def _split(ranges: list[tuple[str, Position, Position]], want: int) -> list[tupl
     return ranges
 
 
-def read_partition(config: ReadConfig, partition: QuasarPartition) -> Iterator:
+def read_partition(config: ReadConfig, partition: QuasarPartition) -> Iterator[Any]:
     """Arrow batches of one input partition (runs on an executor)."""
     topic, index = partition_index(partition.topic_partition)
     messages = broker_client(config).read_range(
@@ -224,5 +225,6 @@ class QuasarBatchReader(DataSourceReader):
         # Spark needs at least one partition; an empty range reads nothing.
         return planned or [QuasarPartition(tps[0], EARLIEST, EARLIEST)]
 
-    def read(self, partition: QuasarPartition) -> Iterator:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, QuasarPartition)
         return read_partition(self.config, partition)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from itertools import islice
+from typing import Any
 
 __all__ = ["ARROW_BATCH_ROWS", "READ_COLUMNS", "READ_SCHEMA_DDL", "arrow_read_schema", "to_arrow_batches"]
 
@@ -54,7 +55,7 @@ ARROW_BATCH_ROWS = 10_000
 _SCHEMA = None
 
 
-def arrow_read_schema():
+def arrow_read_schema() -> Any:
     """The ``pyarrow.Schema`` equal to Spark's Arrow form of :data:`READ_SCHEMA_DDL`."""
     global _SCHEMA
     if _SCHEMA is None:
@@ -81,8 +82,8 @@ def arrow_read_schema():
 
 
 def to_arrow_batches(
-    messages: Iterable[tuple], topic: str, partition: int, rows: int = ARROW_BATCH_ROWS
-) -> Iterator:
+    messages: Iterable[tuple[Any, ...]], topic: str, partition: int, rows: int = ARROW_BATCH_ROWS
+) -> Iterator[Any]:
     """Group raw messages (see ``quasar.spark._client.RawMessage``) of one topic partition into
     ``pyarrow.RecordBatch`` es of at most ``rows`` rows in :func:`arrow_read_schema`.
 

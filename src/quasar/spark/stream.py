@@ -30,8 +30,9 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-from pyspark.sql.datasource import DataSourceStreamReader
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
+from quasar.spark._client import BrokerClient
 from quasar.spark.errors import DataLossError
 from quasar.spark.options import ReadConfig
 from quasar.spark.positions import EARLIEST, Offset, Position
@@ -126,7 +127,7 @@ class QuasarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return Offset(ends, start_of_first_batch=first_batch_start).to_json()
 
     def _cap(
-        self, client, starts: dict[str, Position], ends: dict[str, Position], cap: int
+        self, client: BrokerClient, starts: dict[str, Position], ends: dict[str, Position], cap: int
     ) -> dict[str, Position]:
         behind = [tp for tp, end in ends.items() if end.key > starts.get(tp, EARLIEST).key]
         if not behind:
@@ -167,7 +168,8 @@ class QuasarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             fail_on_data_loss=self.config.fail_on_data_loss,
         )
 
-    def read(self, partition: QuasarPartition) -> Iterator:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, QuasarPartition)
         return read_partition(self.config, partition)
 
     def commit(self, end: dict[str, Any]) -> None:

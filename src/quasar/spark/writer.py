@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamWriter, WriterCommitMessage
-from pyspark.sql.types import BinaryType, LongType, MapType, StringType, StructType, TimestampType
+from pyspark.sql.types import BinaryType, DataType, LongType, MapType, StringType, StructType, TimestampType
 
 from quasar.spark._client import BrokerClient, TopicProducer
 from quasar.spark.errors import SinkSchemaError, SinkWriteError
@@ -52,7 +52,8 @@ try:  # pyspark 4.1+
 
     STREAM_ARROW = True
 except ImportError:  # pragma: no cover - pyspark 4.0
-    _StreamWriterBase = DataSourceStreamWriter
+    # the row-based base class of pyspark 4.0 stands in for the Arrow one (same methods, rows instead of batches)
+    _StreamWriterBase = DataSourceStreamWriter  # type: ignore[misc,assignment]
     STREAM_ARROW = False
 
 __all__ = [
@@ -66,7 +67,7 @@ __all__ = [
 log = logging.getLogger("quasar.spark")
 
 SINK_COLUMNS = ("value", "key", "topic", "properties", "eventTime")
-_TYPES = {
+_TYPES: dict[str, tuple[type[DataType], ...]] = {
     "value": (BinaryType, StringType),
     "key": (StringType, BinaryType),
     "topic": (StringType,),
@@ -98,8 +99,11 @@ def check_sink_schema(schema: StructType, config: WriteConfig) -> tuple[str, ...
     for name, field in names.items():
         if name == "properties":
             dtype = field.dataType
-            ok = isinstance(dtype, MapType) and isinstance(dtype.keyType, StringType)
-            ok = ok and isinstance(dtype.valueType, StringType)
+            ok = (
+                isinstance(dtype, MapType)
+                and isinstance(dtype.keyType, StringType)
+                and isinstance(dtype.valueType, StringType)
+            )
         else:
             ok = isinstance(field.dataType, _TYPES[name])
         if not ok:
@@ -125,7 +129,12 @@ class QuasarCommitMessage(WriterCommitMessage):
     partition_id: int = -1
 
 
-def _chunks_from_arrow(batches: Iterable[Any], columns: tuple[str, ...]) -> Iterator[dict[str, list]]:
+def _rows(messages: list[WriterCommitMessage | None]) -> int:
+    """Messages written by the tasks that reported (their :class:`QuasarCommitMessage`)."""
+    return sum(m.rows for m in messages if isinstance(m, QuasarCommitMessage))
+
+
+def _chunks_from_arrow(batches: Iterable[Any], columns: tuple[str, ...]) -> Iterator[dict[str, list[Any]]]:
     """Per Arrow batch, the used columns as Python lists (timestamps as ms, maps as dicts, keys as str)."""
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -133,7 +142,7 @@ def _chunks_from_arrow(batches: Iterable[Any], columns: tuple[str, ...]) -> Iter
     for batch in batches:
         if batch.num_rows == 0:
             continue
-        chunk: dict[str, list] = {}
+        chunk: dict[str, list[Any]] = {}
         for name in columns:
             column = batch.column(batch.schema.get_field_index(name))
             if name == "eventTime" and pa.types.is_timestamp(column.type):
@@ -148,9 +157,9 @@ def _chunks_from_arrow(batches: Iterable[Any], columns: tuple[str, ...]) -> Iter
 
 def _chunks_from_rows(
     rows: Iterable[Any], columns: tuple[str, ...], size: int = 10_000
-) -> Iterator[dict[str, list]]:
+) -> Iterator[dict[str, list[Any]]]:
     """The same chunks from Row objects (pyspark 4.0's row-based stream writer)."""
-    chunk: dict[str, list] = {name: [] for name in columns}
+    chunk: dict[str, list[Any]] = {name: [] for name in columns}
     count = 0
     for row in rows:
         for name in columns:
@@ -168,7 +177,7 @@ def _chunks_from_rows(
 
 def write_chunks(
     config: WriteConfig,
-    chunks: Iterable[dict[str, list]],
+    chunks: Iterable[dict[str, list[Any]]],
     *,
     producer_name: str | None = None,
     batch_id: int | None = None,
@@ -241,12 +250,12 @@ class QuasarBatchWriter(DataSourceArrowWriter):
     def write(self, iterator: Iterator[Any]) -> QuasarCommitMessage:
         return write_chunks(self.config, _chunks_from_arrow(iterator, self.columns))
 
-    def commit(self, messages: list[QuasarCommitMessage | None]) -> None:
-        total = sum(m.rows for m in messages if m is not None)
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        total = _rows(messages)
         log.info("wrote %d messages in %d tasks", total, len(messages))
 
-    def abort(self, messages: list[QuasarCommitMessage | None]) -> None:
-        done = sum(m.rows for m in messages if m is not None)
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        done = _rows(messages)
         log.warning("write aborted; %d messages of the tasks that succeeded are on the topics", done)
 
 
@@ -282,9 +291,9 @@ class QuasarStreamWriter(_StreamWriterBase):
             partition_id=partition_id,
         )
 
-    def commit(self, messages: list[QuasarCommitMessage | None], batchId: int) -> None:
-        total = sum(m.rows for m in messages if m is not None)
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        total = _rows(messages)
         log.info("batch %d: wrote %d messages", batchId, total)
 
-    def abort(self, messages: list[QuasarCommitMessage | None], batchId: int) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         log.warning("batch %d aborted; a replay is deduplicated on topics with deduplication", batchId)
