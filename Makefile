@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint proto bench clean
+.PHONY: run test lint typecheck sizes proto bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,19 +23,29 @@ run: $(VENV)/.installed-run
 	$(BIN)/quasar standalone --data-dir ./data
 
 ## make test: install with the dev extras (and a headless JRE for Spark when java 17+ is missing),
-## then ruff, the import-linter contracts and pytest
+## then ruff, the import-linter contracts, mypy (configured in pyproject.toml), the file-size check and pytest
 test: $(VENV)/.installed-dev
 	bash scripts/ensure_java.sh
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
+	$(BIN)/mypy
+	$(BIN)/python scripts/check_sizes.py
 	$(BIN)/python -m pytest
+
+## make typecheck: mypy on every package of src/quasar, --strict for protocol, storage, ledger and metadata
+typecheck: $(VENV)/.installed-dev
+	$(BIN)/mypy
+
+## make sizes: fail when a source file under src/quasar is longer than 600 lines (generated protobuf excluded)
+sizes: $(BIN)/python
+	$(BIN)/python scripts/check_sizes.py
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 
-## make proto: regenerate src/quasar/protocol/proto/PulsarApi_pb2.py from PulsarApi.proto
+## make proto: regenerate src/quasar/protocol/proto/PulsarApi_pb2.py and its .pyi stub (mypy-protobuf) from PulsarApi.proto
 proto: $(VENV)/.installed-dev
 	sh scripts/gen_proto.sh
 

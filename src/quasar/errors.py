@@ -3,10 +3,15 @@
 Every exception Quasar raises derives from :class:`QuasarError`. Each layer keeps its own tree under it:
 
     QuasarError
-    ├── ProtocolError            quasar.protocol.errors (LocalProtocolError, RemoteProtocolError, ...)
-    ├── StorageError             quasar.storage.errors  (CorruptRecordError, DiskFullError, ...)
-    ├── ManagedLedgerError       quasar.ledger.errors   (ManagedLedgerFencedError, CursorClosedError, ...)
-    └── BrokerError              quasar.broker.errors   (carries a Pulsar ServerError code)
+    ├── ProtocolError            quasar.protocol.errors   (LocalProtocolError, RemoteProtocolError, ...)
+    ├── StorageError             quasar.storage.errors    (CorruptRecordError, DiskFullError, ...)
+    ├── MetadataStoreError       quasar.metadata.errors   (NotFoundError, BadVersionError, ...)
+    ├── ManagedLedgerError       quasar.ledger.errors     (ManagedLedgerFencedError, CursorAlreadyClosedError, ...)
+    ├── BrokerError              quasar.broker.errors     (carries a Pulsar ServerError code)
+    ├── ClientError              quasar.client.errors     (ConnectError, ConnectionClosedError, ...)
+    ├── QuasarSparkError         quasar.spark.errors      (OptionError, ...)
+    ├── DemoError                quasar.cli.flights       (the ``quasar demo`` commands)
+    └── BrokerProcessError       quasar.testing           (the broker subprocess harness)
 """
 
 
