@@ -210,8 +210,6 @@ def run_flights_pipeline(spark: Any, config: PipelineConfig) -> dict[str, Carrie
         PipelineError: a query failed, or the input was not processed within ``config.timeout_s``.
         quasar.spark.QuasarSparkError: bad options, broker down, missing topic (when the queries start).
     """
-    from pyspark.sql import functions as F
-
     from quasar.spark import register
 
     register(spark)
@@ -225,80 +223,104 @@ def run_flights_pipeline(spark: Any, config: PipelineConfig) -> dict[str, Carrie
     parquet_dir = work / "flight-stats.parquet"
     queries: list[Any] = []
     try:
-        flights = _source(spark, config, config.topic, "earliest")
-        control = _source(spark, config, config.control_topic, "latest")
-        stats = build_stats(flights.unionByName(control), config.watermark)
-        to_topic = stats.select(
-            F.col("carrier").alias("key"),
-            F.to_json(F.struct(*stats.columns)).alias("value"),
-            F.col("window_start").alias("eventTime"),
-        )
-        queries.append(
-            to_topic.writeStream.format("quasar")
-            .queryName("flight-stats-topic")
-            .option("service.url", config.service_url)
-            .option("admin.url", config.admin_url)
-            .option("topic", config.stats_topic)
-            .option("checkpointLocation", str(work / "checkpoint-topic"))
-            .outputMode("append")
-            .trigger(processingTime=config.trigger)
-            .start()
-        )
-        queries.append(
-            stats.writeStream.format("parquet")
-            .queryName("flight-stats-parquet")
-            .option("path", str(parquet_dir))
-            .option("checkpointLocation", str(work / "checkpoint-parquet"))
-            .outputMode("append")
-            .trigger(processingTime=config.trigger)
-            .start()
-        )
-        deadline = time.monotonic() + config.timeout_s
-        for query in queries:
-            query.processAllAvailable()
-        marker = spark.createDataFrame([('{"marker":"end-of-input"}',)], "value STRING").select(
-            "value", F.to_timestamp(F.lit(MARKER_EVENT_TIME)).alias("eventTime")
-        )
-        marker.write.format("quasar").option("service.url", config.service_url).option(
-            "admin.url", config.admin_url
-        ).option("topic", config.control_topic).mode("append").save()
-        marker_ms = 4102444800000  # MARKER_EVENT_TIME in ms
-        delay_ms = _interval_ms(spark, config.watermark)
-        _wait(
-            queries,
-            lambda: all(_watermark_passed(q, marker_ms, delay_ms) for q in queries),
-            max(1.0, deadline - time.monotonic()),
-            "the end-of-input marker to pass the watermark",
-        )
-        for query in queries:
-            query.processAllAvailable()
+        queries.extend(_start_queries(spark, config, work, parquet_dir))
+        _drain_through_marker(spark, config, queries, time.monotonic() + config.timeout_s)
         for query in queries:
             query.stop()
-        rows = (
-            spark.read.parquet(str(parquet_dir))
-            .groupBy("carrier")
-            .agg(
-                F.sum("flights").alias("flights"),
-                F.sum("dep_delay_known").alias("dep_delay_known"),
-                F.sum("dep_delay_sum").alias("dep_delay_sum"),
-                F.sum("delayed").alias("delayed"),
-            )
-        )
-        return {
-            row["carrier"]: CarrierTotals(
-                int(row["flights"]),
-                int(row["dep_delay_known"]),
-                float(row["dep_delay_sum"]),
-                int(row["delayed"]),
-            )
-            for row in rows.collect()
-        }
+        return _read_totals(spark, parquet_dir)
     finally:
         for query in queries:
             if query.isActive:
                 query.stop()
         if owned:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def _start_queries(spark: Any, config: PipelineConfig, work: Path, parquet_dir: Path) -> list[Any]:
+    """Start the two streaming queries over flights + control: per-carrier windows to the stats topic (the
+    quasar sink) and to Parquet files under ``parquet_dir``; checkpoints under ``work``."""
+    from pyspark.sql import functions as F
+
+    flights = _source(spark, config, config.topic, "earliest")
+    control = _source(spark, config, config.control_topic, "latest")
+    stats = build_stats(flights.unionByName(control), config.watermark)
+    to_topic = stats.select(
+        F.col("carrier").alias("key"),
+        F.to_json(F.struct(*stats.columns)).alias("value"),
+        F.col("window_start").alias("eventTime"),
+    )
+    queries = [
+        to_topic.writeStream.format("quasar")
+        .queryName("flight-stats-topic")
+        .option("service.url", config.service_url)
+        .option("admin.url", config.admin_url)
+        .option("topic", config.stats_topic)
+        .option("checkpointLocation", str(work / "checkpoint-topic"))
+        .outputMode("append")
+        .trigger(processingTime=config.trigger)
+        .start()
+    ]
+    queries.append(
+        stats.writeStream.format("parquet")
+        .queryName("flight-stats-parquet")
+        .option("path", str(parquet_dir))
+        .option("checkpointLocation", str(work / "checkpoint-parquet"))
+        .outputMode("append")
+        .trigger(processingTime=config.trigger)
+        .start()
+    )
+    return queries
+
+
+def _drain_through_marker(spark: Any, config: PipelineConfig, queries: list[Any], deadline: float) -> None:
+    """Process what is available, publish the end-of-input marker on the control topic, wait (until the
+    monotonic ``deadline``) for its event time to pass every query's watermark so the last windows close,
+    then process the rest. Raises PipelineError on a failed query or when the deadline passes."""
+    from pyspark.sql import functions as F
+
+    for query in queries:
+        query.processAllAvailable()
+    marker = spark.createDataFrame([('{"marker":"end-of-input"}',)], "value STRING").select(
+        "value", F.to_timestamp(F.lit(MARKER_EVENT_TIME)).alias("eventTime")
+    )
+    marker.write.format("quasar").option("service.url", config.service_url).option(
+        "admin.url", config.admin_url
+    ).option("topic", config.control_topic).mode("append").save()
+    marker_ms = 4102444800000  # MARKER_EVENT_TIME in ms
+    delay_ms = _interval_ms(spark, config.watermark)
+    _wait(
+        queries,
+        lambda: all(_watermark_passed(q, marker_ms, delay_ms) for q in queries),
+        max(1.0, deadline - time.monotonic()),
+        "the end-of-input marker to pass the watermark",
+    )
+    for query in queries:
+        query.processAllAvailable()
+
+
+def _read_totals(spark: Any, parquet_dir: Path) -> dict[str, CarrierTotals]:
+    """Per-carrier totals summed over the Parquet output's windows."""
+    from pyspark.sql import functions as F
+
+    rows = (
+        spark.read.parquet(str(parquet_dir))
+        .groupBy("carrier")
+        .agg(
+            F.sum("flights").alias("flights"),
+            F.sum("dep_delay_known").alias("dep_delay_known"),
+            F.sum("dep_delay_sum").alias("dep_delay_sum"),
+            F.sum("delayed").alias("delayed"),
+        )
+    )
+    return {
+        row["carrier"]: CarrierTotals(
+            int(row["flights"]),
+            int(row["dep_delay_known"]),
+            float(row["dep_delay_sum"]),
+            int(row["delayed"]),
+        )
+        for row in rows.collect()
+    }
 
 
 def _interval_ms(spark: Any, interval: str) -> int:
