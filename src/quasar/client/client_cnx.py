@@ -15,6 +15,10 @@ Follows the C++ ``ClientConnection`` / Java ``ClientCnx`` (reference/pulsar-prot
 * When the connection ends for any reason every pending request fails with :class:`ConnectionClosedError`
   and every registered producer/consumer is told (it then reconnects); the keep-alive task is owned and
   cancelled.
+* Any event loop works: the transport is checked for what the connection uses (:class:`StreamTransport`), not
+  for its class, because uvloop's ``TCPTransport`` has the methods of ``asyncio.Transport`` without subclassing
+  it. A handshake that fails (refused, reset, a transport that cannot write, a bad first frame) is reported with
+  its cause at once, never as a timeout.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from quasar.protocol import (
     DEFAULT_MAX_MESSAGE_SIZE,
@@ -39,7 +43,7 @@ from quasar.protocol import (
 from ._tasks import TaskOwner
 from .errors import BrokerResponseError, ConnectError, ConnectionClosedError, OperationTimeoutError
 
-__all__ = ["CLIENT_VERSION", "ClientCnx", "ConsumerHandler", "ProducerHandler"]
+__all__ = ["CLIENT_VERSION", "ClientCnx", "ConsumerHandler", "ProducerHandler", "StreamTransport"]
 
 log = logging.getLogger("quasar.client")
 
@@ -48,6 +52,24 @@ CLIENT_VERSION = "Quasar-Python-Client"
 
 _LOOKUP_FAILED = 2
 _PARTITIONS_FAILED = 1
+
+
+@runtime_checkable
+class StreamTransport(Protocol):
+    """What a :class:`ClientCnx` needs of its transport: the write side of a stream, checked by capability.
+
+    asyncio's ``Transport`` and uvloop's ``TCPTransport`` (which subclasses none of asyncio's transport classes)
+    both qualify; ``isinstance(transport, StreamTransport)`` checks that the methods exist.
+    """
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        """Queue ``data`` for sending (never blocks)."""
+
+    def is_closing(self) -> bool:
+        """True once the transport is closing or closed."""
+
+    def close(self) -> None:
+        """Flush buffered data, then close; the protocol's ``connection_lost`` follows."""
 
 
 class ProducerHandler(Protocol):
@@ -100,7 +122,7 @@ class ClientCnx(asyncio.Protocol):
         self._operation_timeout = operation_timeout
         self._keep_alive_interval = keep_alive_interval
         self._decoder = FrameDecoder()
-        self._transport: asyncio.Transport | None = None
+        self._transport: StreamTransport | None = None
         self._loop = asyncio.get_running_loop()
         self._connected: asyncio.Future[None] = self._loop.create_future()
         self._closed: asyncio.Future[None] = self._loop.create_future()
@@ -152,7 +174,9 @@ class ClientCnx(asyncio.Protocol):
             connection_timeout: seconds for TCP connect plus handshake.
 
         Raises:
-            ConnectError: refused, unreachable, timed out, or the broker's first frame was not CONNECTED.
+            ConnectError: refused, unreachable, the transport unusable, the connection closed or the broker's
+                first frame not CONNECTED during the handshake (each with its cause), or no CONNECTED within
+                ``connection_timeout`` (the message says whether TCP connect or the handshake timed out).
         """
         loop = asyncio.get_running_loop()
 
@@ -164,18 +188,25 @@ class ClientCnx(asyncio.Protocol):
                 keep_alive_interval=keep_alive_interval,
             )
 
+        where = f"{address[0]}:{address[1]}"
+        cnx: ClientCnx | None = None
         try:
             async with asyncio.timeout(connection_timeout):
                 _, cnx = await loop.create_connection(factory, address[0], address[1])
                 await cnx.wait_connected()
-        except TimeoutError:
-            raise ConnectError(f"connecting to {address[0]}:{address[1]} timed out") from None
-        except OSError as exc:
-            raise ConnectError(f"cannot connect to {address[0]}:{address[1]}: {exc}") from exc
-        except ConnectionClosedError as exc:
-            raise ConnectError(
-                f"{address[0]}:{address[1]} closed the connection during the handshake"
-            ) from exc
+        except BaseException as exc:
+            if cnx is not None:
+                cnx.close()  # a handshake that timed out or failed must not leave its socket open
+            if isinstance(exc, TimeoutError):
+                step = "TCP connect" if cnx is None else "the CONNECT -> CONNECTED handshake"
+                raise ConnectError(
+                    f"connecting to {where} timed out after {connection_timeout:g} s ({step})"
+                ) from None
+            if isinstance(exc, OSError):
+                raise ConnectError(f"cannot connect to {where}: {exc}") from exc
+            if isinstance(exc, ConnectionClosedError):
+                raise ConnectError(f"handshake with {where} failed: {exc}") from exc
+            raise
         return cnx
 
     async def wait_connected(self) -> None:
@@ -196,9 +227,34 @@ class ClientCnx(asyncio.Protocol):
         await asyncio.shield(self._closed)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        """Send CONNECT. A transport without the :class:`StreamTransport` methods, or a failing first write,
+        fails the handshake with that cause and closes the transport (an exception raised here would only be
+        logged by the loop, and the caller would wait for CONNECTED until it timed out)."""
+        if not isinstance(transport, StreamTransport):
+            kind = type(transport)
+            self._fail_handshake(
+                transport,
+                ConnectError(
+                    f"cannot connect to {self.address[0]}:{self.address[1]}: transport "
+                    f"{kind.__module__}.{kind.__qualname__} lacks write(), is_closing() or close()"
+                ),
+            )
+            return
         self._transport = transport
-        transport.write(commands.new_connect(CLIENT_VERSION, MAX_PROTOCOL_VERSION))
+        try:
+            transport.write(commands.new_connect(CLIENT_VERSION, MAX_PROTOCOL_VERSION))
+        except Exception as exc:
+            log.warning("writing CONNECT to %s:%s failed", *self.address, exc_info=True)
+            error = ConnectError(f"cannot connect to {self.address[0]}:{self.address[1]}: CONNECT: {exc!r}")
+            error.__cause__ = exc
+            self._fail_handshake(transport, error)
+
+    def _fail_handshake(self, transport: asyncio.BaseTransport, error: ConnectError) -> None:
+        self._close_reason = error
+        if not self._connected.done():
+            self._connected.set_exception(error)
+            self._connected.exception()  # mark retrieved
+        transport.close()
 
     def data_received(self, data: bytes) -> None:
         decoder = self._decoder

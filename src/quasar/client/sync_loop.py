@@ -3,7 +3,9 @@ send lanes and the bridge that runs blocking message listeners on their own thre
 
 * :class:`LoopThread`: an asyncio event loop running forever in one daemon thread. Blocking calls submit a
   coroutine and wait (:meth:`LoopThread.run`); fire-and-forget calls are queued and drained in submission order
-  with one loop wake-up for many calls (:meth:`LoopThread.call_soon`).
+  with one loop wake-up for many calls (:meth:`LoopThread.call_soon`). The loop is uvloop's where uvloop is
+  installed (:func:`new_event_loop`): the facade owns its loop, so it takes the native one, as the official
+  client's I/O thread is native code (the broker runs on uvloop too).
 * :class:`SendLane`: the blocking ``send_async`` of one (partition) producer, with ``block_if_queue_full``
   admission in the caller's thread and no thread round trip per message.
 * :class:`ListenerBridge`: a message listener given to the blocking facade runs on the listener thread with the
@@ -28,23 +30,37 @@ from .errors import AlreadyClosedError
 from .message import Message
 from .producer import Producer
 
-__all__ = ["ListenerBridge", "LoopThread", "SendLane"]
+__all__ = ["ListenerBridge", "LoopThread", "SendLane", "new_event_loop"]
 
 log = logging.getLogger("quasar.client")
 
 T = TypeVar("T")
 
 
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """A new event loop for the facade's thread: uvloop's when ``uvloop`` can be imported (a dependency of
+    quasar except on Windows), else asyncio's default loop."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency where it builds
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
 class LoopThread:
     """An event loop running forever in a daemon thread, plus the listener thread pool.
+
+    Args:
+        loop_factory: makes the loop (default :func:`new_event_loop`, looked up at call time: uvloop if
+            installed).
 
     Attributes:
         loop: the event loop. thread: the thread running it. listener_pool: one thread for message listeners.
         closed: True once :meth:`stop` was called; :meth:`run` then raises AlreadyClosedError.
     """
 
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
+    def __init__(self, loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None) -> None:
+        self.loop = (loop_factory or new_event_loop)()
         self.thread = threading.Thread(target=self._run_forever, name="quasar-client-loop", daemon=True)
         self.thread.start()
         self.listener_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="quasar-listener")
