@@ -5,6 +5,8 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from .conftest import open_store, run_writer_until_killed
 
 WRITER = textwrap.dedent(
@@ -18,7 +20,7 @@ WRITER = textwrap.dedent(
 
     async def main(root):
         store = MessageStore(StoreConfig(root_dir=Path(root), commit_log_file_size=8192,
-                                         consume_queue_file_size=400, flush_consume_queue_interval_ms=20,
+                                         consume_queue_file_size=CQ_SIZE, flush_consume_queue_interval_ms=20,
                                          flush_consume_queue_thorough_interval_ms=50))
         store.open()
         await store.start()
@@ -40,13 +42,20 @@ def body(i: int) -> bytes:
     return f"crash-{i:06d}|".encode() * (1 + i % 9)
 
 
-def test_sigkill_loses_no_confirmed_record(tmp_path: Path):
+@pytest.mark.parametrize(
+    ("cq_size", "confirmations"),
+    # 20 units per file; 3,000 units per file, reserved in growing steps (4 KiB, 8 KiB, 16 KiB: ~500 units
+    # per queue cross two of them)
+    [(400, 400), (60_000, 1_500)],
+)
+def test_sigkill_loses_no_confirmed_record(tmp_path: Path, cq_size: int, confirmations: int):
     root = tmp_path / "store"
-    confirmed = run_writer_until_killed(tmp_path, WRITER, root, 400)
+    script = WRITER.replace("CQ_SIZE", str(cq_size))
+    confirmed = run_writer_until_killed(tmp_path, script, root, confirmations)
 
     assert (root / "abort").exists()
     assert len(list((root / "commitlog").iterdir())) > 3  # several segments were written
-    store = open_store(root, commit_log_file_size=8192, consume_queue_file_size=400)
+    store = open_store(root, commit_log_file_size=8192, consume_queue_file_size=cq_size)
     assert store.last_exit_ok is False
     for n, queue_offset, commit_log_offset, size in confirmed:
         message = store.get_by_offset(commit_log_offset, size)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import resource
 import time
 from pathlib import Path
 
@@ -31,6 +32,31 @@ from quasar.metadata.sqlite import SqliteMetadataStore
 from quasar.storage.message_store import FlushDiskType, MessageStore, StoreConfig
 
 log = logging.getLogger(__name__)
+
+_UNLIMITED_OPEN_FILES_CAP = 1_048_576
+"""Soft limit asked for when the hard RLIMIT_NOFILE is unlimited (Linux's default ``fs.nr_open``)."""
+
+
+def raise_open_files_limit() -> tuple[int, int]:
+    """Raise this process's soft ``RLIMIT_NOFILE`` to its hard limit and log both; returns (soft, hard) as
+    they are afterwards. The store keeps every mapped file open, two descriptors each (the file and the
+    duplicate ``mmap`` holds), at least one file per consume queue written to, so the common default soft
+    limit of 1,024 runs out after a few hundred topics (puts are then refused with "too many open files",
+    never reported as a full disk). An unlimited
+    hard limit is capped at 1,048,576; a kernel that refuses the change (ValueError / OSError) leaves the
+    limits as they were, with a warning."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = _UNLIMITED_OPEN_FILES_CAP if hard == resource.RLIM_INFINITY else hard
+    if soft == resource.RLIM_INFINITY or soft >= target:
+        log.info("open files limit: soft %s, hard %s (unchanged)", soft, hard)
+        return soft, hard
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ValueError, OSError) as exc:
+        log.warning("open files limit: soft %s, hard %s; cannot raise the soft limit: %s", soft, hard, exc)
+        return soft, hard
+    log.info("open files limit: soft %s (raised from %s), hard %s", target, soft, hard)
+    return target, hard
 
 
 def _store_config(config: BrokerConfig, root_dir: Path) -> StoreConfig:
@@ -114,6 +140,7 @@ class BrokerApp:
         factory, then bind the Pulsar listener and the admin API (port 0 = a free port; ``port``/``admin_port``
         hold the bound ones). Raises OSError when a port cannot be bound, StorageError when the store cannot load."""
         config = self.config
+        raise_open_files_limit()
         data_dir = Path(config.data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()

@@ -87,6 +87,9 @@ class CommitLog:
         self.append_prop_crc = append_prop_crc
         """Append RocketMQ's reserved ``__CRC32#`` whole-record CRC property to every record."""
         self._reserved = CRC32_RESERVED_LEN if append_prop_crc else 0
+        self.create_error: OSError | None = None
+        """Why the last append answered CREATE_MAPPED_FILE_FAILED (EMFILE, EACCES...), for the caller to
+        report; the caller clears it."""
         self._middle_key = (-1, -1)
         """(store, born) timestamps of ``_middle``, the packed header fields 8-14 of the last record."""
         self._middle = b""
@@ -294,7 +297,8 @@ class CommitLog:
     def _file_for(self, total: int) -> MappedFile | AppendMessageStatus:
         """The segment to append ``total`` bytes to: the last one when they fit with 8 bytes to spare, else a
         new one after the blank record (RocketMQ END_OF_FILE). MESSAGE_SIZE_EXCEEDED when ``total`` never
-        fits, CREATE_MAPPED_FILE_FAILED when the new segment cannot be created; raises
+        fits, CREATE_MAPPED_FILE_FAILED when the new segment cannot be created (the OSError in
+        :attr:`create_error`: too many open files, permissions...); raises
         :class:`DiskFullError` on ENOSPC."""
         if total + END_FILE_MIN_BLANK_LENGTH > self.mapped_file_size:
             return AppendMessageStatus.MESSAGE_SIZE_EXCEEDED
@@ -310,17 +314,23 @@ class CommitLog:
         except DiskFullError:
             raise
         except OSError as exc:
-            log.error("cannot create the next commit log segment: %s", exc)
-            if exc.errno == errno.ENOSPC:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                log.error("cannot create the next commit log segment: %s", exc)
                 raise DiskFullError(f"no space left for the next commit log segment: {exc}") from exc
+            log.debug("cannot create the next commit log segment: %s", exc)  # the caller reports create_error
+            self.create_error = exc
             return AppendMessageStatus.CREATE_MAPPED_FILE_FAILED
         return mapped_file
 
     @staticmethod
     def _reserve(mapped_file: MappedFile, end_position: int) -> None:
+        """Reserve disk blocks up to ``end_position``; raises :class:`DiskFullError` on ENOSPC / EDQUOT, the
+        OSError itself otherwise (EIO...)."""
         try:
             mapped_file.reserve(end_position)
         except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
             raise DiskFullError(
                 f"cannot reserve disk space in commit log segment {mapped_file.file_name}: {exc}"
             ) from exc

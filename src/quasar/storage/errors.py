@@ -19,7 +19,18 @@ RocketMQ. Exceptions are for broken invariants, bad arguments and API misuse::
 
 from __future__ import annotations
 
+import errno
+
 from quasar.errors import QuasarError
+
+NO_FILE_DESCRIPTOR_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE})
+"""Too many open files, in the process (EMFILE) or the system (ENFILE): transient, never a full disk. A put
+stopped by one is refused with CREATE_MAPPED_FILE_FAILED, a flush round is retried; neither latches."""
+
+
+def is_out_of_file_descriptors(exc: BaseException) -> bool:
+    """True for an OSError whose errno is in :data:`NO_FILE_DESCRIPTOR_ERRNOS`."""
+    return isinstance(exc, OSError) and exc.errno in NO_FILE_DESCRIPTOR_ERRNOS
 
 
 class StorageError(QuasarError):

@@ -12,6 +12,11 @@
 - Consume queues are derived data: a :class:`PeriodicFlushService` flushes them every second and thoroughly
   every minute, writing the checkpoint on thorough rounds.
 
+A failed round makes the store refuse writes, except when it failed for want of a file descriptor (EMFILE /
+ENFILE: the directory fsync of a new file, the checkpoint): that step did not run and nothing past it was
+reported flushed (:meth:`MappedFile.flush <quasar.storage.mapped_file.MappedFile.flush>` moves its flushed
+position after the directory fsync), so the round is retried; SYNC_FLUSH waiters wait for it or time out.
+
 fsync never runs on the event loop thread.
 """
 
@@ -26,6 +31,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from quasar.storage.errors import is_out_of_file_descriptors
 from quasar.storage.status import PutStatus
 
 log = logging.getLogger(__name__)
@@ -34,6 +40,8 @@ GROUP_COMMIT_WAIT_S = 0.010
 """The group commit thread wakes at least every 10 ms (RocketMQ ``GroupCommitService.run``)."""
 FLUSH_THOROUGH_INTERVAL_S = 10.0
 """RocketMQ ``flushCommitLogThoroughInterval``: an async flush of any amount at least every 10 s."""
+OPEN_FILES_LOG_INTERVAL_S = 1.0
+"""A flush round retried for too many open files is logged at most this often."""
 
 
 class FlushDiskType(enum.Enum):
@@ -91,13 +99,38 @@ class ServiceThread:
         raise NotImplementedError
 
 
+class OpenFilesRetries:
+    """Counts and logs flush rounds that failed for want of a file descriptor (EMFILE / ENFILE), which the
+    flush services retry instead of refusing writes; one error line per second at most."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._log_after = 0.0
+        self.count = 0
+        """Rounds retried (statistics, tests)."""
+
+    def retry(self, exc: BaseException) -> bool:
+        """True (counted and logged) when ``exc`` is too many open files: the caller retries the round."""
+        if not is_out_of_file_descriptors(exc):
+            return False
+        self.count += 1
+        now = time.monotonic()
+        if now >= self._log_after:
+            self._log_after = now + OPEN_FILES_LOG_INTERVAL_S
+            log.error(
+                "%s: too many open files, the flush is retried (%d so far): %s", self._name, self.count, exc
+            )
+        return True
+
+
 class GroupCommitService(ServiceThread):
     """SYNC_FLUSH group commit. ``flush()`` fdatasyncs whatever of the commit log is dirty (no syscall when
     nothing is) and returns the flushed offset, which may also have been advanced by another flusher.
 
     Loop side (:meth:`submit`, the expiry timer, the flushed callback) runs on the event loop passed to
     :meth:`start_on`. After a failed flush every pending and later waiter gets ``UNKNOWN_ERROR`` and the
-    thread stops (``on_error`` is told, so the store can refuse writes).
+    thread stops (``on_error`` is told, so the store can refuse writes); a flush that failed for too many open
+    files is retried instead (:class:`OpenFilesRetries`).
     """
 
     def __init__(
@@ -119,6 +152,7 @@ class GroupCommitService(ServiceThread):
         self._failed = False
         self.flush_rounds = 0
         """Rounds that advanced the flushed offset (statistics)."""
+        self.open_files_retries = OpenFilesRetries(name)
 
     def start_on(self, loop: asyncio.AbstractEventLoop, flushed_offset: int) -> None:
         """Bind to ``loop`` (where waiters live) and start the thread; ``flushed_offset`` is already
@@ -211,6 +245,9 @@ class GroupCommitService(ServiceThread):
             try:
                 flushed = self._flush()
             except Exception as exc:  # any failure: nothing more may be acknowledged as durable
+                if self.open_files_retries.retry(exc):
+                    self._stopped.wait(GROUP_COMMIT_WAIT_S)  # waiters wait for the retry, or time out
+                    continue
                 log.error("group commit: fdatasync failed, refusing further writes", exc_info=True)
                 self._on_error(exc)  # first: the store refuses writes before any waiter learns of the failure
                 self._post(self._on_failed)
@@ -224,7 +261,8 @@ class GroupCommitService(ServiceThread):
 class PeriodicFlushService(ServiceThread):
     """Calls ``action(least_pages)`` every ``interval_ms`` and with ``least_pages=0`` ("thorough") at least
     every ``thorough_interval_ms`` (RocketMQ ``FlushRealTimeService`` / ``FlushConsumeQueueService``). An
-    OSError from the action (any exception) is logged and reported to ``on_error``, and the service stops.
+    OSError from the action (any exception) is logged and reported to ``on_error``, and the service stops,
+    except too many open files (EMFILE / ENFILE), retried at the next round (:class:`OpenFilesRetries`).
     """
 
     def __init__(
@@ -243,6 +281,7 @@ class PeriodicFlushService(ServiceThread):
         self._least_pages = least_pages
         self._thorough_interval_s = thorough_interval_ms / 1000
         self.flush_rounds = 0
+        self.open_files_retries = OpenFilesRetries(name)
 
     def run(self) -> None:
         last_thorough = time.monotonic()
@@ -252,13 +291,17 @@ class PeriodicFlushService(ServiceThread):
                 return
             least_pages = self._least_pages
             now = time.monotonic()
-            if now - last_thorough >= self._thorough_interval_s:
+            thorough = now - last_thorough >= self._thorough_interval_s
+            if thorough:
                 least_pages = 0
-                last_thorough = now
             try:
                 self._action(least_pages)
-            except Exception as exc:  # any failure: the store stops accepting writes
+            except Exception as exc:  # any failure but too many open files: the store stops accepting writes
+                if self.open_files_retries.retry(exc):
+                    continue  # a thorough round stays due
                 log.error("%s: flush failed, refusing further writes", self.name, exc_info=True)
                 self._on_error(exc)
                 return
+            if thorough:
+                last_thorough = now
             self.flush_rounds += 1

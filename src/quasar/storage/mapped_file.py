@@ -37,7 +37,7 @@ fdatasync = getattr(os, "fdatasync", os.fsync)
 
 
 RESERVE_CHUNK_SIZE = 4 * 1024 * 1024
-"""Bytes of disk reserved (``posix_fallocate``) at a time ahead of the write position."""
+"""Most bytes of disk reserved (``posix_fallocate``) at a time ahead of the write position."""
 
 
 def reserve_space(fd: int, start: int, end: int) -> None:
@@ -79,6 +79,12 @@ class MappedFile:
     that ``extend_short=True`` grows a shorter file (a crash while creating the last segment) with zeros,
     which recovery then reads as the end of the data. ``buffer`` is a writable memoryview over the whole
     mapping: slices of it are handed out without copying.
+
+    ``first_reserve_step``: bytes of disk the first :meth:`reserve` allocates at least; every later step
+    reserves as much again as is reserved already (doubling), up to :data:`RESERVE_CHUNK_SIZE`. The commit
+    log keeps the default (4 MiB steps from the start); a consume queue file starts at one page, so a queue
+    with a few units holds 4 KiB of disk, not 4 MiB, and a busy one reaches 4 MiB steps after ten
+    reservations. The logical size (``file_size``, a sparse file) does not depend on it.
     """
 
     __slots__ = (
@@ -88,6 +94,7 @@ class MappedFile:
         "committed_position",
         "file_from_offset",
         "file_size",
+        "first_reserve_step",
         "flushed_position",
         "needs_dir_sync",
         "path",
@@ -95,12 +102,23 @@ class MappedFile:
         "wrote_position",
     )
 
-    def __init__(self, path: Path, file_size: int, *, create: bool, extend_short: bool = False) -> None:
+    def __init__(
+        self,
+        path: Path,
+        file_size: int,
+        *,
+        create: bool,
+        extend_short: bool = False,
+        first_reserve_step: int = RESERVE_CHUNK_SIZE,
+    ) -> None:
         self.path = path
         self.file_size = file_size
         self.file_from_offset = file_name_to_offset(path.name)
         if file_size <= 0:
             raise ValueError(f"file size must be positive: {file_size}")
+        if not 0 < first_reserve_step <= RESERVE_CHUNK_SIZE:
+            raise ValueError(f"first reserve step must be in (0, {RESERVE_CHUNK_SIZE}]: {first_reserve_step}")
+        self.first_reserve_step = first_reserve_step
         flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
         self._fd = os.open(path, flags, 0o644)
         try:
@@ -157,13 +175,16 @@ class MappedFile:
         return self.file_size - self.wrote_position
 
     def reserve(self, end_position: int) -> None:
-        """Make sure bytes up to ``end_position`` have disk blocks, allocating in 4 MiB steps
-        (:func:`reserve_space`). Call it before writing past :attr:`reserved_position`. Raises OSError
+        """Make sure bytes up to ``end_position`` have disk blocks (:func:`reserve_space`), allocating ahead
+        a step of :attr:`first_reserve_step` at first, then as much as is already reserved, at most
+        :data:`RESERVE_CHUNK_SIZE`. Call it before writing past :attr:`reserved_position`. Raises OSError
         (``ENOSPC``): nothing was written then."""
-        if end_position <= self.reserved_position:
+        reserved = self.reserved_position
+        if end_position <= reserved:
             return
-        end = min(self.file_size, max(end_position, self.reserved_position + RESERVE_CHUNK_SIZE))
-        reserve_space(self._fd, self.reserved_position, end)
+        step = min(RESERVE_CHUNK_SIZE, max(self.first_reserve_step, reserved))
+        end = min(self.file_size, max(end_position, reserved + step))
+        reserve_space(self._fd, reserved, end)
         self.reserved_position = end
 
     def set_positions(self, position: int) -> None:

@@ -16,7 +16,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from quasar.storage.errors import StoreLoadError
-from quasar.storage.mapped_file import MappedFile, file_name_to_offset, fsync_dir, offset_to_file_name
+from quasar.storage.mapped_file import (
+    RESERVE_CHUNK_SIZE,
+    MappedFile,
+    file_name_to_offset,
+    fsync_dir,
+    offset_to_file_name,
+)
 
 if TYPE_CHECKING:
     from quasar.storage.allocate import AllocateMappedFileService
@@ -28,12 +34,20 @@ class MappedFileQueue:
     """Segment files of ``mapped_file_size`` bytes in ``store_path`` (created if missing)."""
 
     def __init__(
-        self, store_path: Path, mapped_file_size: int, *, allocator: AllocateMappedFileService | None = None
+        self,
+        store_path: Path,
+        mapped_file_size: int,
+        *,
+        allocator: AllocateMappedFileService | None = None,
+        first_reserve_step: int = RESERVE_CHUNK_SIZE,
     ) -> None:
         """``allocator``: when given, new files come from it and the one after is pre-allocated in the
-        background (the commit log); otherwise they are created on the caller's thread."""
+        background (the commit log); otherwise they are created on the caller's thread.
+        ``first_reserve_step``: the first disk reservation of each file this queue creates or loads (bytes;
+        see :class:`MappedFile`)."""
         if mapped_file_size <= 0:
             raise ValueError(f"mapped file size must be positive: {mapped_file_size}")
+        self.first_reserve_step = first_reserve_step
         self.store_path = store_path
         self.mapped_file_size = mapped_file_size
         self._files: list[MappedFile] = []
@@ -81,6 +95,7 @@ class MappedFileQueue:
                     self.mapped_file_size,
                     create=False,
                     extend_short=name == names[-1] or name in truncated,
+                    first_reserve_step=self.first_reserve_step,
                 )
                 mapped_file.set_positions(self.mapped_file_size)
                 files.append(mapped_file)
@@ -153,7 +168,9 @@ class MappedFileQueue:
             mapped_file = allocator.take(path)
             allocator.pre_allocate(self.store_path / offset_to_file_name(create_offset + size))
         else:
-            mapped_file = MappedFile(path, self.mapped_file_size, create=True)
+            mapped_file = MappedFile(
+                path, self.mapped_file_size, create=True, first_reserve_step=self.first_reserve_step
+            )
         if not files:
             self.flushed_where = create_offset
         self._files = [*files, mapped_file]

@@ -571,6 +571,11 @@ class MessageStore:
         """Puts refused because the disk is full (guard ratio or ENOSPC)."""
         return self._state.disk_full_refusals
 
+    @property
+    def open_files_refusals(self) -> int:
+        """Puts refused, transiently, because the process had too many open files (EMFILE / ENFILE)."""
+        return self._state.open_files_refusals
+
     def statistics(self) -> StoreStatistics:
         return StoreStatistics(
             min_commit_log_offset=self.commit_log.min_offset,

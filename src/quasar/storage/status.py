@@ -29,8 +29,10 @@ class PutStatus(enum.Enum):
 
     ``PUT_OK``: appended (and, after ``wait_flushed``, covered by an fdatasync in SYNC_FLUSH mode).
     ``FLUSH_DISK_TIMEOUT``: appended, but no fdatasync covered it within ``sync_flush_timeout_ms``.
-    ``SERVICE_NOT_AVAILABLE``: the store refuses writes after an earlier I/O failure.
-    ``CREATE_MAPPED_FILE_FAILED``: the next commit log segment could not be created.
+    ``SERVICE_NOT_AVAILABLE``: the store refuses writes after an earlier I/O failure, or the disk is full
+    (the disk guard, or ENOSPC while reserving disk blocks).
+    ``CREATE_MAPPED_FILE_FAILED``: the next commit log segment or a consume queue file could not be created,
+    e.g. the process is out of file descriptors (EMFILE / ENFILE): transient, the next put tries again.
     ``MESSAGE_ILLEGAL``: bad topic / queue id / body (too big for ``max_message_size`` or for a segment).
     ``PROPERTIES_SIZE_EXCEEDED``: the encoded properties exceed 32767 bytes.
     ``UNKNOWN_ERROR``: an fdatasync failed (EIO...): the data may not be durable.

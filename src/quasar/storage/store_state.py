@@ -9,6 +9,9 @@ this one object, handed to each constructor, instead of attributes shared throug
 - ``writable``: cleared for good by a failed flush (flush threads) or a failed dispatch (loop thread);
 - ``disk_full``: the disk guard, set and cleared by the clean service (clean thread; a put that gets
   ``ENOSPC`` is refused on its own and leaves the flag alone);
+- no flag for a put refused because the process is out of file descriptors (``EMFILE`` / ``ENFILE`` while
+  creating a consume queue or commit log file): that refusal is transient, counted in
+  ``open_files_refusals``, and the next put tries again;
 - ``refusing``: True unless open, writable and not disk full, kept up to date by the three setters, so the
   publish path tests one attribute (RocketMQ ``DefaultMessageStore.checkStoreStatus``).
 
@@ -38,7 +41,15 @@ class StorePhase(enum.Enum):
 class StoreState:
     """Phase, write gate and their counters; see the module docstring for who moves what."""
 
-    __slots__ = ("_disk_full", "_phase", "_writable", "disk_full_refusals", "refusing", "reput_failed")
+    __slots__ = (
+        "_disk_full",
+        "_phase",
+        "_writable",
+        "disk_full_refusals",
+        "open_files_refusals",
+        "refusing",
+        "reput_failed",
+    )
 
     def __init__(self) -> None:
         self._phase = StorePhase.NEW
@@ -48,6 +59,8 @@ class StoreState:
         """True unless the store is open, writable and not disk full: the publish path's one test."""
         self.disk_full_refusals = 0
         """Puts refused because the disk is full (guard ratio or ENOSPC)."""
+        self.open_files_refusals = 0
+        """Puts refused because a store file could not be opened: too many open files (EMFILE / ENFILE)."""
         self.reput_failed = False
         """The reput thread died: the index stops growing until the store is reopened."""
 

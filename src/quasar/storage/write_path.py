@@ -17,6 +17,7 @@ timestamp, with one flush wait; the per-put Python overhead is paid once per bat
 
 from __future__ import annotations
 
+import errno
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -26,6 +27,7 @@ from quasar.storage.commit_log import CommitLog
 from quasar.storage.config import StoreConfig
 from quasar.storage.dispatch import ConsumeQueueDispatcher, ConsumeQueueStore, Dispatcher, DispatchRequest
 from quasar.storage.errors import (
+    NO_FILE_DESCRIPTOR_ERRNOS,
     DiskFullError,
     InvalidMessageError,
     StoreClosedError,
@@ -61,6 +63,11 @@ _PUT_OK = PutStatus.PUT_OK
 _APPEND_OK = AppendMessageStatus.PUT_OK
 _ILLEGAL = PutResult(PutStatus.MESSAGE_ILLEGAL, -1, -1, 0, 0)
 _NOT_AVAILABLE = PutResult(PutStatus.SERVICE_NOT_AVAILABLE, -1, -1, 0, 0)
+_CREATE_FAILED = PutResult(PutStatus.CREATE_MAPPED_FILE_FAILED, -1, -1, 0, 0)
+_NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+_REFUSAL_LOG_INTERVAL_S = 1.0
+"""At most one error line per this many seconds for puts refused by a failed file operation (the counters
+count every one)."""
 _PROPERTIES_TOO_LONG = PutResult(PutStatus.PROPERTIES_SIZE_EXCEEDED, -1, -1, 0, 0)
 _BYTES_TYPES = frozenset({bytes, bytearray})
 _new_put_result = tuple.__new__
@@ -114,6 +121,8 @@ class StoreWriter:
         tuple, replaced atomically by the loop thread and read by the flush thread."""
         self.last_store_timestamp = 0
         """Store timestamp (ms) of the last record appended."""
+        self._refusal_log_after: dict[str, float] = {}
+        """Per refusal reason, the ``time.monotonic()`` before which it is not logged again."""
 
     def resume(self, dispatched_offset: int, units: int, last_store_timestamp: int) -> None:
         """Continue after recovery: records up to ``dispatched_offset`` (bytes) and ``units`` consume queue
@@ -137,9 +146,11 @@ class StoreWriter:
         Loop thread only. Returns PUT_OK with the record's commit log offset and queue offset; MESSAGE_ILLEGAL
         for a bad topic / queue id (0..2^31-1) / body (over ``max_message_size`` bytes or too big for a
         segment) / property; PROPERTIES_SIZE_EXCEEDED past 32767 encoded property bytes;
-        CREATE_MAPPED_FILE_FAILED; SERVICE_NOT_AVAILABLE after an I/O failure or while the disk is full.
-        Raises :class:`StoreClosedError` when not open and :class:`StoreNotWritableError` when a dispatcher
-        fails (the store then refuses writes).
+        CREATE_MAPPED_FILE_FAILED when a commit log or consume queue file cannot be created or extended,
+        including when the process is out of file descriptors (EMFILE / ENFILE: transient, nothing is
+        latched, the next put tries again); SERVICE_NOT_AVAILABLE after an I/O failure or while the disk is
+        full (ENOSPC, or the disk guard). Raises :class:`StoreClosedError` when not open and
+        :class:`StoreNotWritableError` when a dispatcher fails (the store then refuses writes).
         """
         # One frame for the whole put (a helper call costs ~60 ns of ~2.7 µs): checks are folded into few
         # statements, the rare cases (new queue, non-bytes body, properties) go to helpers.
@@ -187,10 +198,10 @@ class StoreWriter:
             )
         except InvalidMessageError:
             return _ILLEGAL
-        except (DiskFullError, OSError) as exc:  # no space for the record or its unit: nothing was written
-            return self._refuse(exc)
+        except (DiskFullError, OSError) as exc:  # no file or disk for the record or its unit: nothing written
+            return self._refuse_failed_io(exc)
         if status is not _APPEND_OK:
-            return PutResult(_APPEND_TO_PUT.get(status, PutStatus.UNKNOWN_ERROR), -1, -1, 0, 0)
+            return self._not_appended(status)
         if len(self._dispatchers) == 1:
             # the common case: only the consume queue is dispatched inline; skip the request object
             try:
@@ -222,11 +233,13 @@ class StoreWriter:
 
         Loop thread only. Returns PUT_OK with every record's offsets (:class:`PutBatchResult`);
         MESSAGE_ILLEGAL for an empty batch, a bad topic / queue id / body (each as in :meth:`put`) or a batch
-        too big for one segment; PROPERTIES_SIZE_EXCEEDED; CREATE_MAPPED_FILE_FAILED; SERVICE_NOT_AVAILABLE.
+        too big for one segment; PROPERTIES_SIZE_EXCEEDED; CREATE_MAPPED_FILE_FAILED (also for EMFILE /
+        ENFILE, as in :meth:`put`); SERVICE_NOT_AVAILABLE.
         Nothing is written unless PUT_OK. Raises :class:`StoreClosedError` when not open and
         :class:`StoreNotWritableError` when a dispatcher fails, including when the units cross into a new
-        consume queue file that cannot be created (a full disk at that moment: unlike ``put``, the next file
-        is not created before the commit log append; recovery rebuilds the units at the next open).
+        consume queue file that cannot be created (a full disk or no free file descriptor at that moment:
+        unlike ``put``, the next file is not created before the commit log append; recovery rebuilds the
+        units at the next open).
         """
         if self._state.refusing:
             self._refuse()
@@ -265,10 +278,9 @@ class StoreWriter:
         except InvalidMessageError:
             return _batch_result(PutStatus.MESSAGE_ILLEGAL)
         except (DiskFullError, OSError) as exc:
-            self._refuse(exc)
-            return _batch_result(PutStatus.SERVICE_NOT_AVAILABLE)
+            return _batch_result(self._refuse_failed_io(exc).status)
         if status is not _APPEND_OK:
-            return _batch_result(_APPEND_TO_PUT.get(status, PutStatus.UNKNOWN_ERROR))
+            return _batch_result(self._not_appended(status).status)
         end = self._commit_log.max_offset
         if len(self._dispatchers) == 1:
             try:
@@ -306,18 +318,53 @@ class StoreWriter:
             return None
         return writer if writer is not None else self._new_writer(topic, queue_id)
 
-    def _refuse(self, exc: BaseException | None = None) -> PutResult:
-        """SERVICE_NOT_AVAILABLE for a put the store cannot take: ``exc`` is the ENOSPC that stopped it, else
-        the state says why. Raises :class:`StoreClosedError` when the store is not open."""
+    def _refuse(self) -> PutResult:
+        """SERVICE_NOT_AVAILABLE for a put the store's state refuses (not writable, or the disk guard). Raises
+        :class:`StoreClosedError` when the store is not open."""
         state = self._state
-        if exc is not None:
-            state.disk_full_refusals += 1
-            log.error("message store: put refused, disk full: %s", exc)
-        elif not state.is_open:
+        if not state.is_open:
             raise StoreClosedError(f"the message store is {state.phase}")
-        elif state.disk_full:
+        if state.disk_full:
             state.disk_full_refusals += 1
         return _NOT_AVAILABLE
+
+    def _not_appended(self, status: AppendMessageStatus) -> PutResult:
+        """The result of a put the commit log did not append (``status`` not PUT_OK); a segment that could
+        not be created is reported by :meth:`_refuse_failed_io`."""
+        error = self._commit_log.create_error
+        if status is AppendMessageStatus.CREATE_MAPPED_FILE_FAILED and error is not None:
+            self._commit_log.create_error = None
+            return self._refuse_failed_io(error)
+        return PutResult(_APPEND_TO_PUT.get(status, PutStatus.UNKNOWN_ERROR), -1, -1, 0, 0)
+
+    def _refuse_failed_io(self, exc: OSError | DiskFullError) -> PutResult:
+        """The result of a put stopped, before anything was written, by ``exc`` from creating a commit log or
+        consume queue file or reserving its disk blocks. Nothing is latched: the next put tries again.
+
+        - no space (:class:`DiskFullError`, ENOSPC, EDQUOT): SERVICE_NOT_AVAILABLE, ``disk_full_refusals``;
+        - too many open files (EMFILE for the process, ENFILE for the system): CREATE_MAPPED_FILE_FAILED,
+          ``open_files_refusals``; never reported as a full disk;
+        - any other OSError (EACCES, EIO...): CREATE_MAPPED_FILE_FAILED.
+
+        Logged as an error at most once per second per reason, with the running count.
+        """
+        state = self._state
+        code = getattr(exc, "errno", None)
+        if isinstance(exc, DiskFullError) or code in _NO_SPACE_ERRNOS:
+            state.disk_full_refusals += 1
+            reason, count, result = "disk full", state.disk_full_refusals, _NOT_AVAILABLE
+        elif code in NO_FILE_DESCRIPTOR_ERRNOS:
+            state.open_files_refusals += 1
+            reason = "too many open files (raise RLIMIT_NOFILE; the next put tries again)"
+            count, result = state.open_files_refusals, _CREATE_FAILED
+        else:
+            reason, count, result = "a store file could not be created or extended", 0, _CREATE_FAILED
+        now = time.monotonic()
+        if now >= self._refusal_log_after.get(reason, 0.0):
+            self._refusal_log_after[reason] = now + _REFUSAL_LOG_INTERVAL_S
+            suffix = f" ({count} such refusals so far)" if count else ""
+            log.error("message store: put refused, %s: %s%s", reason, exc, suffix)
+        return result
 
     def _tail_with_properties(
         self, writer: _QueueWriter, properties: Mapping[str, str] | None, tag_hash: int
