@@ -13,6 +13,9 @@ table row per size:
 |                | delay, max 10 ms, and queueing behind ``--max-pending`` messages)                      |
 | consume msg/s  | messages / (last receive - first receive) including one acknowledge per message        |
 | broker RSS MiB | VmRSS of the broker process from /proc/<pid>/status after the size's run               |
+| broker µs/msg  | broker CPU (user + system, all threads, from /proc/<pid>/stat) per message, for the    |
+|  pub / con     | produce phase and for the consume phase (receive + acknowledge); with --no-batching a  |
+|                | message is an entry, so this is the broker's CPU per entry                             |
 
 Unless ``--service-url`` is given, a ``quasar standalone`` subprocess is started on free ports in a temporary
 data directory (removed afterwards) and stopped with SIGTERM at the end; with ``--service-url``, RSS is shown
@@ -52,6 +55,8 @@ class SizeResult:
     consume_s: float
     failed_sends: int
     rss_bytes: int | None
+    produce_cpu_s: float | None = None
+    consume_cpu_s: float | None = None
 
 
 def rss_bytes(pid: int | None) -> int | None:
@@ -66,6 +71,22 @@ def rss_bytes(pid: int | None) -> int | None:
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+def cpu_seconds(pid: int | None) -> float | None:
+    """User + system CPU seconds of ``pid`` (all its threads) from /proc/<pid>/stat; None if unavailable."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _delta(start: float | None, end: float | None) -> float | None:
+    return None if start is None or end is None else end - start
 
 
 def percentile(sorted_values: list[int], q: float) -> int:
@@ -122,18 +143,21 @@ def run_size(
         receipts.callback,
         time.perf_counter_ns,
     )
+    cpu_start = cpu_seconds(broker_pid)
     start_ns = clock()
     for i in range(messages):
         sent_ns[i] = clock()
         send(payload, partial(callback, i))
     producer.flush()
     produce_s = (max(receipts.last_ns, start_ns + 1) - start_ns) / 1e9
+    cpu_produced = cpu_seconds(broker_pid)
     producer.close()
     latencies = sorted(receipts.latency_ns)
 
     receive, acknowledge = consumer.receive, consumer.acknowledge
     received = 0
     first = last = time.perf_counter()
+    cpu_consume_start = cpu_seconds(broker_pid)
     while received < messages:
         try:
             message = receive(30_000)
@@ -144,6 +168,7 @@ def run_size(
         acknowledge(message)
         received += 1
         last = time.perf_counter()
+    cpu_consumed = cpu_seconds(broker_pid)
     consumer.unsubscribe()
     consumer.close()
     return SizeResult(
@@ -155,6 +180,8 @@ def run_size(
         consume_s=max(last - first, 1e-9),
         failed_sends=receipts.failed,
         rss_bytes=rss_bytes(broker_pid),
+        produce_cpu_s=_delta(cpu_start, cpu_produced),
+        consume_cpu_s=_delta(cpu_consume_start, cpu_consumed),
     )
 
 
@@ -170,6 +197,7 @@ def results_table(results: list[SizeResult], title: str) -> Table:
         "consume msg/s",
         "consume MB/s",
         "broker RSS MiB",
+        "broker µs/msg pub / con",
     ):
         table.add_column(column, justify="right")
     for r in results:
@@ -184,8 +212,13 @@ def results_table(results: list[SizeResult], title: str) -> Table:
             f"{consumed_rate:,.0f}",
             f"{consumed_rate * r.size / 1e6:,.1f}",
             "-" if r.rss_bytes is None else f"{r.rss_bytes / 2**20:,.0f}",
+            _per_message(r.produce_cpu_s, r.messages) + " / " + _per_message(r.consume_cpu_s, r.messages),
         )
     return table
+
+
+def _per_message(cpu_s: float | None, messages: int) -> str:
+    return "-" if cpu_s is None or messages == 0 else f"{cpu_s * 1e6 / messages:.1f}"
 
 
 def _parse_sizes(_ctx: click.Context, _param: click.Parameter, value: str) -> list[int]:
@@ -225,8 +258,8 @@ def main(
 ) -> None:
     """Publish and consume N messages per size with the official pulsar-client and print the rates."""
     console = Console()
-    if not console.is_terminal:  # a pipe or file: rich would squeeze the 9 columns into 80
-        console = Console(width=140)
+    if not console.is_terminal:  # a pipe or file: rich would squeeze the 10 columns into 80
+        console = Console(width=160)
     # the C++ core's console logger: a Python logger is called back from client threads at interpreter exit
     logger = pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn)
     with tempfile.TemporaryDirectory(prefix="quasar-bench-") as tmp:
