@@ -56,11 +56,6 @@ class ReceiverQueue:
     def __len__(self) -> int:
         return len(self.messages)
 
-    @property
-    def takes_receives(self) -> bool:
-        """True while ``receive`` may take from the queue: open and without a message listener."""
-        return not self.closed and self.listener is None
-
     def check_open(self) -> None:
         """Raise AlreadyClosedError when the owning consumer is closing or closed."""
         if self.closed:
