@@ -182,3 +182,19 @@ async def test_send_for_an_unknown_producer_closes_the_connection():
     cnx.data_received(requests.new_send(9, 0, b"\x00\x00\x00\x00payload"))
     assert transport.closed
     cnx.connection_lost(None)
+
+
+def test_closed_ids_are_bounded_and_keep_the_most_recent():
+    """A connection that opens and closes producers forever keeps at most MAX_CLOSED_IDS closed ids."""
+    from quasar.broker.cnx.ports import IdRegistry
+
+    registry: IdRegistry[object] = IdRegistry()
+    cap = IdRegistry.MAX_CLOSED_IDS
+    for ident in range(cap + 10):
+        registry.add(ident, object())
+        assert registry.close(ident) is not None
+    assert len(registry.closed) == cap
+    assert registry.was_closed(cap + 9) and registry.was_closed(10)
+    assert not registry.was_closed(9)  # the oldest fell out
+    registry.reserve(cap + 9)  # the id is reused: no longer closed
+    assert not registry.was_closed(cap + 9)

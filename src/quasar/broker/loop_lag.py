@@ -45,10 +45,13 @@ class LoopLagMonitor:
                 await task
 
     def reset(self) -> None:
+        """Start a new measurement window: max lag and tick count back to 0."""
         self.max_lag_s = 0.0
         self.ticks = 0
 
     def snapshot(self) -> dict[str, float | int]:
+        """``{"maxLagMs", "ticks", "intervalMs"}``: the largest lateness of a tick (ms) since the last reset,
+        the ticks counted, and the tick interval (ms); the JSON of ``GET /admin/v2/broker-stats/loop-lag``."""
         return {"maxLagMs": self.max_lag_s * 1000, "ticks": self.ticks, "intervalMs": self.interval_s * 1000}
 
     async def _tick(self) -> None:

@@ -47,6 +47,7 @@ BOOT_COUNT_PATH = "/broker/boot-count"
 
 
 def tenant_path(tenant: str) -> str:
+    """Metadata path of tenant ``tenant``'s info (TenantInfo JSON)."""
     return f"{TENANTS_ROOT}/{encode_segment(tenant)}"
 
 
@@ -64,10 +65,14 @@ def _topic_path(root: str, topic: TopicName) -> str:
 
 
 def partitioned_topic_path(topic: TopicName) -> str:
+    """Metadata path of ``topic``'s partitioned-topic metadata (``{"partitions": n}``), one segment per name
+    part: ``/admin/partitioned-topics/<domain>/<tenant>/<ns>/<topic>``."""
     return _topic_path(PARTITIONED_ROOT, topic)
 
 
 def topic_policies_path(topic: TopicName) -> str:
+    """Metadata path of ``topic``'s topic-level policies (JSON object), laid out like
+    :func:`partitioned_topic_path`."""
     return _topic_path(TOPIC_POLICIES_ROOT, topic)
 
 
@@ -178,6 +183,8 @@ class BrokerResources:
             self.namespaces[namespace] = policies
 
     async def create_partitioned_topic(self, topic: TopicName, partitions: int) -> None:
+        """Record ``topic`` with ``partitions`` partitions (create-only: raises ``AlreadyExistsError`` when the
+        path exists, other ``MetadataStoreError`` on failure; memory changes only after the durable write)."""
         await self._write(partitioned_topic_path(topic), {"partitions": partitions}, create=True)
         namespace = f"{topic.domain}://{topic.namespace_name}"
         self.partitioned.setdefault(namespace, {})[topic.full_name] = partitions

@@ -50,6 +50,7 @@ class ConsumerCommands:
         self._consumers = cnx.consumers
 
     def handlers(self) -> HandlerTable:
+        """This family's commands: ``CommandType`` -> bound handler, merged into the connection's table."""
         return {
             CommandType.SUBSCRIBE: self.handle_subscribe,
             CommandType.FLOW: self.handle_flow,

@@ -39,6 +39,7 @@ class LookupCommands:
         self._cnx = cnx
 
     def handlers(self) -> HandlerTable:
+        """This family's commands: ``CommandType`` -> bound handler, merged into the connection's table."""
         return {
             CommandType.CONNECT: self.handle_connect_again,
             CommandType.PING: self.handle_ping,
@@ -52,15 +53,19 @@ class LookupCommands:
 
     # ------------------------------------------------------------------ connection
     def handle_connect_again(self, frame: Frame) -> None:
+        """A second CONNECT is a protocol error: the connection is closed (Pulsar ServerCnx)."""
         self._cnx.close("CONNECT received twice on one connection")
 
     def handle_ping(self, frame: Frame) -> None:
+        """PING -> PONG (keep-alive)."""
         self._cnx.write(commands.new_pong())
 
     def handle_pong(self, frame: Frame) -> None:
+        """PONG: nothing to do."""
         pass  # any received frame already cleared the keep-alive flag
 
     def handle_auth_response(self, frame: Frame) -> None:
+        """AUTH_RESPONSE: ignored (no authentication yet)."""
         pass  # this broker never sends AUTH_CHALLENGE; a stray response is harmless
 
     # ------------------------------------------------------------------ lookup

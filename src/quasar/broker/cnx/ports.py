@@ -37,17 +37,21 @@ class IdRegistry(Generic[T]):
     ``consumers``), with the ids still being created and the ids closed on this connection.
 
     ``active``: id -> object, served now. ``pending``: ids whose PRODUCER / SUBSCRIBE is still loading its
-    topic (a retry with the same id is refused meanwhile). ``closed``: ids closed by the client or the broker,
-    so late commands for them are ignored instead of closing the connection, and a CLOSE that arrives while
-    the id is pending wins over the creation.
+    topic (a retry with the same id is refused meanwhile). ``closed``: the last ``MAX_CLOSED_IDS`` ids closed
+    by the client or the broker, oldest first, so late commands for them are ignored instead of closing the
+    connection, and a CLOSE that arrives while the id is pending wins over the creation. The bound keeps a
+    long-lived connection that opens and closes producers forever from growing without limit; a command for
+    an id closed longer ago than that is treated as one for an unknown id.
     """
 
     __slots__ = ("active", "closed", "pending")
 
+    MAX_CLOSED_IDS = 4096
+
     def __init__(self) -> None:
         self.active: dict[int, T] = {}
         self.pending: set[int] = set()
-        self.closed: set[int] = set()
+        self.closed: dict[int, None] = {}  # an insertion-ordered set
 
     def __len__(self) -> int:
         return len(self.active)
@@ -56,18 +60,20 @@ class IdRegistry(Generic[T]):
         return iter(list(self.active.values()))
 
     def get(self, ident: int) -> T | None:
+        """The active object with client id ``ident``, or None."""
         return self.active.get(ident)
 
     def reserve(self, ident: int) -> None:
         """``ident`` is being created: pending, and no longer closed (a CLOSE from now on wins)."""
         self.pending.add(ident)
-        self.closed.discard(ident)
+        self.closed.pop(ident, None)
 
     def release(self, ident: int) -> None:
         """Creation of ``ident`` finished (added, refused or abandoned)."""
         self.pending.discard(ident)
 
     def add(self, ident: int, item: T) -> None:
+        """Serve ``item`` under client id ``ident`` from now on."""
         self.active[ident] = item
 
     def close(self, ident: int) -> T | None:
@@ -75,10 +81,14 @@ class IdRegistry(Generic[T]):
         The id is remembered as closed when it was active or pending."""
         item = self.active.pop(ident, None)
         if item is not None or ident in self.pending:
-            self.closed.add(ident)
+            self.closed.pop(ident, None)
+            self.closed[ident] = None
+            if len(self.closed) > self.MAX_CLOSED_IDS:
+                del self.closed[next(iter(self.closed))]
         return item
 
     def was_closed(self, ident: int) -> bool:
+        """Whether ``ident`` is among the ids closed recently on this connection."""
         return ident in self.closed
 
     def clear(self) -> list[T]:

@@ -42,6 +42,7 @@ class ProducerCommands:
         self._max_message_size = cnx.config.max_message_size
 
     def handlers(self) -> HandlerTable:
+        """This family's commands: ``CommandType`` -> bound handler, merged into the connection's table."""
         return {
             CommandType.PRODUCER: self.handle_producer,
             CommandType.SEND: self.handle_send,
