@@ -44,17 +44,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from quasar.storage.commit_log import CommitLog
-from quasar.storage.config import StoreConfig, parse_delete_when
+from quasar.storage.config import parse_delete_when
 from quasar.storage.consume_queue import CQ_STORE_UNIT_SIZE, ConsumeQueue
-from quasar.storage.dispatch import ConsumeQueueStore, Dispatcher
 from quasar.storage.errors import StoreClosedError
 from quasar.storage.flush import ServiceThread
-from quasar.storage.index_service import IndexService
 from quasar.storage.mapped_file import MappedFile, fsync_dir
 from quasar.storage.reput import ReputMessageService
-from quasar.storage.store_state import StoreState
-from quasar.storage.write_path import StoreWriter
+from quasar.storage.store_parts import StoreParts
 
 log = logging.getLogger(__name__)
 
@@ -203,24 +199,14 @@ class StoreRetention:
     :meth:`start`.
     """
 
-    def __init__(
-        self,
-        config: StoreConfig,
-        commit_log: CommitLog,
-        consume_queues: ConsumeQueueStore,
-        index_service: IndexService,
-        writer: StoreWriter,
-        async_dispatchers: list[Dispatcher],
-        state: StoreState,
-        disk_usage: DiskUsage,
-    ) -> None:
-        self._config = config
-        self._commit_log = commit_log
-        self._consume_queues = consume_queues
-        self._index_service = index_service
-        self._writer = writer
-        self._async_dispatchers = async_dispatchers
-        self._state = state
+    def __init__(self, parts: StoreParts, disk_usage: DiskUsage) -> None:
+        self._config = parts.config
+        self._commit_log = parts.commit_log
+        self._consume_queues = parts.consume_queues
+        self._index_service = parts.index_service
+        self._writer = parts.writer
+        self._async_dispatchers = parts.async_dispatchers
+        self._state = parts.state
         self.disk_usage = disk_usage
         self.queue_min_offsets: dict[tuple[str, int], int] = {}
         """Per (topic, queue id): units below this queue offset are not needed (``set_queue_min_offset``)."""
@@ -228,7 +214,7 @@ class StoreRetention:
         """Serializes clean rounds (the clean thread and a caller of :meth:`clean_once`)."""
         self._reput: ReputMessageService | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._service = CleanService(self.clean_once, config.clean_resource_interval_ms)
+        self._service = CleanService(self.clean_once, parts.config.clean_resource_interval_ms)
 
     def open(self, reput: ReputMessageService) -> None:
         """Take the reput service: records it has not indexed yet stay (the store's ``open()``)."""

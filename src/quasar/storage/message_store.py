@@ -83,6 +83,7 @@ from quasar.storage.results import (
 )
 from quasar.storage.status import GetStatus, PutStatus
 from quasar.storage.store_flushing import StoreFlusher
+from quasar.storage.store_parts import StoreParts
 from quasar.storage.store_state import StorePhase, StoreState
 from quasar.storage.write_path import StoreWriter
 
@@ -168,7 +169,7 @@ class MessageStore:
         self._reader = StoreReader(
             config, self.commit_log, self.consume_queues, self.index_service, self._state
         )
-        self._flusher = StoreFlusher(
+        parts = StoreParts(
             config,
             self.commit_log,
             self.consume_queues,
@@ -177,16 +178,8 @@ class MessageStore:
             self.async_dispatchers,
             self._state,
         )
-        self._retention = StoreRetention(
-            config,
-            self.commit_log,
-            self.consume_queues,
-            self.index_service,
-            self._writer,
-            self.async_dispatchers,
-            self._state,
-            disk_usage,
-        )
+        self._flusher = StoreFlusher(parts)
+        self._retention = StoreRetention(parts, disk_usage)
         # The publish and dispatch paths call the parts directly: no delegation frame per call.
         self.put = self._writer.put  # type: ignore[method-assign]  # same signature, bound once
         self.put_batch = self._writer.put_batch  # type: ignore[method-assign]  # same signature, bound once

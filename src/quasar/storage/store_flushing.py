@@ -16,16 +16,11 @@ import threading
 from collections.abc import Awaitable
 
 from quasar.storage.checkpoint import StoreCheckpoint
-from quasar.storage.commit_log import CommitLog
-from quasar.storage.config import StoreConfig
-from quasar.storage.dispatch import ConsumeQueueStore, Dispatcher
 from quasar.storage.errors import StoreClosedError, StoreNotWritableError
 from quasar.storage.flush import FlushDiskType, GroupCommitService, PeriodicFlushService
-from quasar.storage.index_service import IndexService
 from quasar.storage.reput import ReputMessageService
 from quasar.storage.status import PutStatus
-from quasar.storage.store_state import StoreState
-from quasar.storage.write_path import StoreWriter
+from quasar.storage.store_parts import StoreParts
 
 log = logging.getLogger("quasar.storage.message_store")
 
@@ -36,23 +31,14 @@ class StoreFlusher:
     shared :class:`StoreState` (a failed flush clears ``writable``); the checkpoint and the reput service
     come at :meth:`open`, the event loop at :meth:`start`."""
 
-    def __init__(
-        self,
-        config: StoreConfig,
-        commit_log: CommitLog,
-        consume_queues: ConsumeQueueStore,
-        index_service: IndexService,
-        writer: StoreWriter,
-        async_dispatchers: list[Dispatcher],
-        state: StoreState,
-    ) -> None:
-        self._config = config
-        self._commit_log = commit_log
-        self._consume_queues = consume_queues
-        self._index_service = index_service
-        self._writer = writer
-        self._async_dispatchers = async_dispatchers
-        self._state = state
+    def __init__(self, parts: StoreParts) -> None:
+        self._config = parts.config
+        self._commit_log = parts.commit_log
+        self._consume_queues = parts.consume_queues
+        self._index_service = parts.index_service
+        self._writer = parts.writer
+        self._async_dispatchers = parts.async_dispatchers
+        self._state = parts.state
         self._checkpoint: StoreCheckpoint | None = None
         self._reput: ReputMessageService | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
