@@ -5,32 +5,42 @@ BIN := $(VENV)/bin
 
 .PHONY: run test lint typecheck sizes proto bench clean
 
+# the compiled hot paths (setup.py builds every src/quasar/<layer>/_<name>_c.c next to its _<name>_py.py twin)
+EXT_SOURCES := setup.py $(wildcard src/quasar/*/_*_c.c src/quasar/_cinclude/*.h)
+
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(VENV)/.installed-run: pyproject.toml | $(BIN)/python
+$(VENV)/.installed-run: pyproject.toml setup.py | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[demo]'
-	touch $@
+	touch $@ $(VENV)/.built-ext
 
-$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+$(VENV)/.installed-dev: pyproject.toml setup.py | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	touch $@ $(VENV)/.installed-run
+	touch $@ $(VENV)/.installed-run $(VENV)/.built-ext
+
+# rebuild the extensions in place when a C source changed after the install
+$(VENV)/.built-ext: $(EXT_SOURCES) | $(VENV)/.installed-run
+	$(BIN)/python -m pip install --quiet --no-deps -e .
+	touch $@
 
 ## make run: install and start the standalone broker on embedded defaults
 ## (data in ./data, pulsar://127.0.0.1:6650, admin http://127.0.0.1:8080)
-run: $(VENV)/.installed-run
+run: $(VENV)/.installed-run $(VENV)/.built-ext
 	$(BIN)/quasar standalone --data-dir ./data
 
 ## make test: install with the dev extras (and a headless JRE for Spark when java 17+ is missing),
-## then ruff, the import-linter contracts, mypy (configured in pyproject.toml), the file-size check and pytest
-test: $(VENV)/.installed-dev
+## then ruff, the import-linter contracts, mypy (configured in pyproject.toml), the file-size check, and pytest
+## twice: with the compiled hot paths, then with their pure-Python twins (QUASAR_PURE_PYTHON=1)
+test: $(VENV)/.installed-dev $(VENV)/.built-ext
 	bash scripts/ensure_java.sh
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 	$(BIN)/python scripts/check_sizes.py
 	$(BIN)/python -m pytest
+	QUASAR_PURE_PYTHON=1 $(BIN)/python -m pytest
 
 ## make typecheck: mypy on every package of src/quasar, --strict for protocol, storage, ledger and metadata
 typecheck: $(VENV)/.installed-dev
@@ -49,8 +59,9 @@ lint: $(VENV)/.installed-dev
 proto: $(VENV)/.installed-dev
 	sh scripts/gen_proto.sh
 
-bench: $(VENV)/.installed-run
+bench: $(VENV)/.installed-run $(VENV)/.built-ext
 	$(BIN)/python benchmarks/produce_consume.py
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache
+	find src -name '*.so' -delete

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import quasar.ledger
 
-ALLOWED = ("quasar.ledger", "quasar.storage", "quasar.metadata", "quasar.errors")
+ALLOWED = ("quasar.ledger", "quasar.storage", "quasar.metadata", "quasar.errors", "quasar.native")
 BACKENDS = ("quasar.metadata.memory", "quasar.metadata.sqlite")
 
 

@@ -51,7 +51,7 @@ from .commands import (
     new_unsubscribe,
 )
 from .compression import CompressionType, compress, decompress
-from .decoder import NEED_DATA, Frame, FrameDecoder, NeedData
+from .decoder import NEED_DATA, Frame, FrameDecoder, NeedData, SendFrame
 from .enums import MAX_PROTOCOL_VERSION, AckType, CommandType, ServerError, SubType
 from .errors import (
     CompressionError,
@@ -102,6 +102,7 @@ __all__ = [
     "ParsedPayload",
     "ProtocolError",
     "RemoteProtocolError",
+    "SendFrame",
     "ServerError",
     "SubType",
     "TopicName",

@@ -12,6 +12,13 @@ after the command are copied once into their own ``bytes`` object; ``Frame.heade
 memoryview of that copy, so it stays valid whatever the decoder does next and can be stored or forwarded
 without further copies.
 
+SEND fast path (the broker's publish path): every frame is first offered to ``_frames.parse_send`` (compiled
+``_frames_c``, or its twin ``_frames_py`` under ``QUASAR_PURE_PYTHON=1``), which reads a plain, valid SEND
+straight from the buffer — CommandSend, payload headers, CRC-32C, and a validated MessageMetadata — and
+returns a :class:`SendFrame` without any protobuf object. It declines everything else (other commands,
+unusual fields, anything malformed), which then takes the generic path below, unchanged; so both paths give
+the same frames and the same errors (tests/protocol/test_frames_twins.py).
+
 Errors: any violation raises a :class:`~quasar.protocol.errors.RemoteProtocolError` subclass and leaves the
 decoder in an error state in which every further call raises the same error; the connection must be closed. A
 CRC mismatch is *not* an error here (``Frame.checksum_ok`` is False): the broker answers SEND_ERROR
@@ -27,6 +34,8 @@ from typing import Final, Literal
 
 from google.protobuf.message import DecodeError, Message
 
+from quasar.native import load_twin
+
 from ._layout import split_headers
 from ._pb import FIELD_FOR_TYPE, HAS_STRINGS, find_invalid_utf8, message_type_of, missing_required_fields
 from .checksum import crc32c
@@ -41,7 +50,9 @@ from .errors import (
 from .frame import DEFAULT_MAX_MESSAGE_SIZE, MESSAGE_SIZE_FRAME_PADDING
 from .proto.PulsarApi_pb2 import BaseCommand
 
-__all__ = ["NEED_DATA", "Frame", "FrameDecoder", "NeedData"]
+__all__ = ["NEED_DATA", "Frame", "FrameDecoder", "NeedData", "SendFrame"]
+
+_frames = load_twin("quasar.protocol._frames")
 
 _U32 = struct.Struct(">I")
 _PAYLOAD_TYPES: Final = frozenset((CommandType.SEND, CommandType.MESSAGE))
@@ -88,6 +99,65 @@ class Frame:
         """The command's sub-message, e.g. ``CommandSend`` for SEND (``command.send``)."""
         body: Message = getattr(self.command, FIELD_FOR_TYPE[self.type])
         return body
+
+
+class SendFrame(Frame):
+    """A SEND frame read by the fast path (``_frames.parse_send``): the fields the broker's publish path needs,
+    without a protobuf object (:attr:`command` is parsed only if something asks for it). Only plain, valid
+    SENDs take this form; any other SEND comes out as a plain :class:`Frame` (same meaning, parsed by upb).
+
+    Attributes (besides :class:`Frame`'s):
+        producer_id, sequence_id: CommandSend's required fields (u64).
+        highest_sequence_id: CommandSend.highest_sequence_id, 0 when absent (u64).
+        is_chunk: CommandSend.is_chunk.
+        num_messages: messages in the entry: MessageMetadata.num_messages_in_batch when present, else 1 (the
+            metadata was validated as the generic path does: required fields present, strings UTF-8).
+    """
+
+    __slots__ = (
+        "_command_bytes",
+        "highest_sequence_id",
+        "is_chunk",
+        "num_messages",
+        "producer_id",
+        "sequence_id",
+    )
+
+    producer_id: int
+    sequence_id: int
+    highest_sequence_id: int
+    is_chunk: bool
+    num_messages: int
+    headers_and_payload: memoryview
+    _command_bytes: bytes
+
+    def __init__(
+        self, fields: tuple[int, int, int, bool, int, bool | None], command_bytes: bytes, span: memoryview
+    ) -> None:
+        # Frame is frozen: its fields are set once, here, as dataclasses do it
+        setattr_ = object.__setattr__
+        setattr_(self, "type", CommandType.SEND)
+        _FRAME_COMMAND.__set__(self, None)
+        setattr_(self, "headers_and_payload", span)
+        setattr_(self, "checksum_ok", fields[5])
+        setattr_(self, "producer_id", fields[0])
+        setattr_(self, "sequence_id", fields[1])
+        setattr_(self, "highest_sequence_id", fields[2])
+        setattr_(self, "is_chunk", fields[3])
+        setattr_(self, "num_messages", fields[4])
+        setattr_(self, "_command_bytes", command_bytes)
+
+    @property
+    def command(self) -> BaseCommand:
+        """The BaseCommand, parsed from the frame's command bytes on first use."""
+        command: BaseCommand | None = _FRAME_COMMAND.__get__(self)
+        if command is None:
+            command = BaseCommand.FromString(self._command_bytes)
+            _FRAME_COMMAND.__set__(self, command)
+        return command
+
+
+_FRAME_COMMAND: Final = Frame.__dict__["command"]  # Frame's slot for ``command``, under SendFrame's property
 
 
 class FrameDecoder:
@@ -148,7 +218,7 @@ class FrameDecoder:
             raise LocalProtocolError("receive_data() called with data after end of stream")
         self._buffer += data
 
-    def next_frame(self) -> Frame | Literal[NeedData.NEED_DATA]:
+    def next_frame(self) -> Frame | SendFrame | Literal[NeedData.NEED_DATA]:
         """Return the next complete frame, or :data:`NEED_DATA` if none is buffered yet.
 
         Raises:
@@ -167,7 +237,7 @@ class FrameDecoder:
             self._error = exc
             raise
 
-    def _next_frame(self) -> Frame | Literal[NeedData.NEED_DATA]:
+    def _next_frame(self) -> Frame | SendFrame | Literal[NeedData.NEED_DATA]:
         buffer = self._buffer
         offset = self._offset
         available = len(buffer) - offset
@@ -187,6 +257,17 @@ class FrameDecoder:
         if command_end > frame_end:
             raise MalformedFrameError(f"commandSize {command_size} exceeds totalSize {total_size} - 4")
 
+        fields = _frames.parse_send(buffer, command_start, command_end, frame_end)
+        if fields is not None:  # a plain, valid SEND: no protobuf object, no second pass over the metadata
+            view = memoryview(buffer)
+            try:
+                command_bytes = bytes(view[command_start:command_end])
+                span = memoryview(bytes(view[command_end:frame_end]))  # the one copy of a payload
+            finally:
+                view.release()
+            self._consumed(frame_end)
+            return SendFrame(fields, command_bytes, span)
+
         command = BaseCommand()
         rest: bytes | None = None
         view = memoryview(buffer)
@@ -201,14 +282,7 @@ class FrameDecoder:
         finally:
             view.release()
 
-        self._offset = frame_end
-        if frame_end == len(buffer):
-            del buffer[:]
-            self._offset = 0
-        elif frame_end >= _COMPACT_THRESHOLD and frame_end * 2 >= len(buffer):
-            del buffer[:frame_end]
-            self._offset = 0
-
+        self._consumed(frame_end)
         command_type = self._check_command(command)
         if command_type in _PAYLOAD_TYPES:
             if rest is None:
@@ -223,6 +297,17 @@ class FrameDecoder:
                 f"{len(rest)} unexpected bytes after a {command_type.name} command, which carries no payload"
             )
         return Frame(command_type, command)
+
+    def _consumed(self, frame_end: int) -> None:
+        """Move the read offset past a returned frame; drop the consumed prefix when it is worth it."""
+        buffer = self._buffer
+        self._offset = frame_end
+        if frame_end == len(buffer):
+            del buffer[:]
+            self._offset = 0
+        elif frame_end >= _COMPACT_THRESHOLD and frame_end * 2 >= len(buffer):
+            del buffer[:frame_end]
+            self._offset = 0
 
     @staticmethod
     def _check_command(command: BaseCommand) -> CommandType:

@@ -19,7 +19,14 @@ from quasar.broker.cnx.ports import HandlerTable, ProducerPort
 from quasar.broker.errors import ProducerBusyError, ServiceNotReadyError, server_error_of
 from quasar.broker.producer import Producer
 from quasar.errors import QuasarError
-from quasar.protocol import CommandType, TopicName, commands, num_messages, parse_headers_and_payload
+from quasar.protocol import (
+    CommandType,
+    SendFrame,
+    TopicName,
+    commands,
+    num_messages,
+    parse_headers_and_payload,
+)
 from quasar.protocol.enums import InitialPosition, ServerError
 from quasar.protocol.errors import ProtocolError
 
@@ -139,41 +146,32 @@ class ProducerCommands:
     # ------------------------------------------------------------------ SEND
     def handle_send(self, frame: Frame) -> None:
         """SEND: publish one entry (a whole client batch). A SEND for a closed producer is ignored, for an
-        unknown one closes the connection; a bad checksum or an oversized entry answers SEND_ERROR."""
-        cmd = frame.command.send
-        producer = self._by_id.get(cmd.producer_id)
-        if producer is None:
-            if self._producers.was_closed(cmd.producer_id):
-                log.debug("SEND for recently closed producer %d ignored", cmd.producer_id)
-                return
-            self._cnx.close(f"SEND for unknown producer id {cmd.producer_id}")
+        unknown one closes the connection; a bad checksum or an oversized entry answers SEND_ERROR. A
+        :class:`SendFrame` (the decoder's fast path) carries its fields and a validated metadata; any other SEND
+        is read from its protobuf command and its metadata parsed here."""
+        if isinstance(frame, SendFrame):
+            producer = self._accept(
+                frame.producer_id,
+                frame.sequence_id,
+                frame.is_chunk,
+                frame.headers_and_payload,
+                frame.checksum_ok,
+            )
+            if producer is not None:
+                producer.publish(
+                    frame.sequence_id,
+                    frame.highest_sequence_id,
+                    frame.num_messages,
+                    frame.headers_and_payload,
+                )
             return
+        cmd = frame.command.send
         data = frame.headers_and_payload
         if data is None:
             self._cnx.close("SEND frame without metadata and payload")
             return
-        if frame.checksum_ok is False:
-            self._cnx.write(
-                commands.new_send_error(
-                    cmd.producer_id,
-                    cmd.sequence_id,
-                    ServerError.ChecksumError,
-                    "Checksum failed on the broker",
-                )
-            )
-            return
-        # Chunks are exempt (Pulsar isExceedMaximumMessageSize returns false for chunked publishes): the C++
-        # client sizes a chunk's payload to max_message_size minus the metadata, so its headers and payload
-        # slightly exceed it; the frame decoder still bounds the frame.
-        if not cmd.is_chunk and len(data) > self._max_message_size:
-            self._cnx.write(
-                commands.new_send_error(
-                    cmd.producer_id,
-                    cmd.sequence_id,
-                    ServerError.NotAllowedError,
-                    f"message of {len(data)} bytes exceeds max_message_size {self._max_message_size}",
-                )
-            )
+        producer = self._accept(cmd.producer_id, cmd.sequence_id, cmd.is_chunk, data, frame.checksum_ok)
+        if producer is None:
             return
         try:
             count = num_messages(parse_headers_and_payload(data).metadata)
@@ -182,6 +180,41 @@ class ProducerCommands:
             return
         highest = cmd.highest_sequence_id if cmd.HasField("highest_sequence_id") else 0
         producer.publish(cmd.sequence_id, highest, count, data)
+
+    def _accept(
+        self, producer_id: int, sequence_id: int, is_chunk: bool, data: memoryview, checksum_ok: bool | None
+    ) -> Producer | None:
+        """The producer a SEND publishes through, or None when the SEND was answered (SEND_ERROR for a bad
+        checksum or an oversized entry), ignored (a recently closed producer) or closed the connection (an
+        unknown producer)."""
+        producer = self._by_id.get(producer_id)
+        if producer is None:
+            if self._producers.was_closed(producer_id):
+                log.debug("SEND for recently closed producer %d ignored", producer_id)
+                return None
+            self._cnx.close(f"SEND for unknown producer id {producer_id}")
+            return None
+        if checksum_ok is False:
+            self._cnx.write(
+                commands.new_send_error(
+                    producer_id, sequence_id, ServerError.ChecksumError, "Checksum failed on the broker"
+                )
+            )
+            return None
+        # Chunks are exempt (Pulsar isExceedMaximumMessageSize returns false for chunked publishes): the C++
+        # client sizes a chunk's payload to max_message_size minus the metadata, so its headers and payload
+        # slightly exceed it; the frame decoder still bounds the frame.
+        if not is_chunk and len(data) > self._max_message_size:
+            self._cnx.write(
+                commands.new_send_error(
+                    producer_id,
+                    sequence_id,
+                    ServerError.NotAllowedError,
+                    f"message of {len(data)} bytes exceeds max_message_size {self._max_message_size}",
+                )
+            )
+            return None
+        return producer
 
     # ------------------------------------------------------------------ closing
     def handle_close_producer(self, frame: Frame) -> None:
