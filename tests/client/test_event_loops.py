@@ -105,6 +105,9 @@ class _FailingWrite(_ClosableOnly):
     def write(self, data: bytes) -> None:
         raise OSError(32, "Broken pipe")
 
+    def writelines(self, list_of_data: list[bytes]) -> None:
+        raise OSError(32, "Broken pipe")
+
     def is_closing(self) -> bool:
         return self.closed
 

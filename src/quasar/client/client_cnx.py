@@ -15,6 +15,10 @@ Follows the C++ ``ClientConnection`` / Java ``ClientCnx`` (reference/pulsar-prot
 * When the connection ends for any reason every pending request fails with :class:`ConnectionClosedError`
   and every registered producer/consumer is told (it then reconnects); the keep-alive task is owned and
   cancelled.
+* Frames are written once per event-loop turn: :meth:`ClientCnx.write` queues a frame and the first one of a
+  turn schedules one ``transport.writelines`` of everything queued (``call_soon``), so a burst of sends, acks or
+  flows costs one system call instead of one per frame (the C++ client's write queue does the same); order is
+  kept, and :meth:`ClientCnx.close` writes what is queued before closing.
 * Any event loop works: the transport is checked for what the connection uses (:class:`StreamTransport`), not
   for its class, because uvloop's ``TCPTransport`` has the methods of ``asyncio.Transport`` without subclassing
   it. A handshake that fails (refused, reset, a transport that cannot write, a bad first frame) is reported with
@@ -64,6 +68,9 @@ class StreamTransport(Protocol):
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         """Queue ``data`` for sending (never blocks)."""
+
+    def writelines(self, list_of_data: list[bytes]) -> None:
+        """Queue several buffers for sending, in order (never blocks)."""
 
     def is_closing(self) -> bool:
         """True once the transport is closing or closed."""
@@ -130,6 +137,7 @@ class ClientCnx(asyncio.Protocol):
         self._producers: dict[int, ProducerHandler] = {}
         self._consumers: dict[int, ConsumerHandler] = {}
         self._ping_pending = False
+        self._out: list[bytes] = []
         self._tasks = TaskOwner(f"cnx {address[0]}:{address[1]}")
         self._close_reason: BaseException | None = None
         self._handlers: dict[int, Callable[[Frame], None]] = {
@@ -236,7 +244,7 @@ class ClientCnx(asyncio.Protocol):
                 transport,
                 ConnectError(
                     f"cannot connect to {self.address[0]}:{self.address[1]}: transport "
-                    f"{kind.__module__}.{kind.__qualname__} lacks write(), is_closing() or close()"
+                    f"{kind.__module__}.{kind.__qualname__} lacks write(), writelines(), is_closing() or close()"
                 ),
             )
             return
@@ -303,15 +311,30 @@ class ClientCnx(asyncio.Protocol):
         if self._close_reason is None:
             self._close_reason = reason
         if self._transport is not None and not self._transport.is_closing():
+            self._write_queued()
             self._transport.close()
 
     # ----------------------------------------------------------------------------------- sending --
 
     def write(self, data: bytes) -> None:
-        """Write one encoded frame (dropped silently if the connection is closing: the owner resends)."""
+        """Queue one encoded frame; every frame queued during this event-loop turn goes out in one
+        ``writelines`` at the next turn, in order (dropped silently if the connection is closing: the owner
+        resends)."""
         transport = self._transport
         if transport is not None and not transport.is_closing():
-            transport.write(data)
+            out = self._out
+            if not out:
+                self._loop.call_soon(self._write_queued)
+            out.append(data)
+
+    def _write_queued(self) -> None:
+        out = self._out
+        if not out:
+            return
+        self._out = []
+        transport = self._transport
+        if transport is not None and not transport.is_closing():
+            transport.writelines(out)
 
     async def request(self, frame: bytes, request_id: int, timeout: float | None = None) -> Any:
         """Send a request frame and wait for the response with the same ``request_id``.
