@@ -24,7 +24,6 @@ from __future__ import annotations
 import base64
 import bisect
 import logging
-import struct
 from typing import Any, Protocol
 
 from aiohttp import web
@@ -34,9 +33,9 @@ from quasar.broker.errors import NamespaceNotFoundError, NotAllowedError, TopicN
 from quasar.broker.topic import PersistentTopic
 from quasar.protocol import TopicName
 from quasar.protocol.compression import decompress
+from quasar.protocol.entry_keys import entry_keys
 from quasar.protocol.errors import InvalidTopicNameError
 from quasar.protocol.metadata import decode_batch, parse_headers_and_payload
-from quasar.protocol.pb import MessageMetadata
 
 log = logging.getLogger(__name__)
 
@@ -61,48 +60,16 @@ class KeyQueryable(Protocol):
 MESSAGE_STORE = web.AppKey("message_store", KeyQueryable)
 
 
-_MAGIC_AND_SIZE = struct.Struct(">HI")
-_SIZE = struct.Struct(">I")
-
-
-def _metadata_span(view: memoryview) -> tuple[int, int]:
-    """(start, end) of the MessageMetadata in a stored entry: ``[0x0e02 size bem]? [0x0e01 crc]? [size]
-    [metadata] [payload]`` (reference/pulsar-protocol.md; the layout ``parse_headers_and_payload`` reads).
-    Raises ValueError when a size runs past the end."""
-    pos = 0
-    if len(view) >= 6 and view[0] == 0x0E and view[1] == 0x02:
-        pos = 6 + _MAGIC_AND_SIZE.unpack_from(view, 0)[1]
-    if len(view) >= pos + 6 and view[pos] == 0x0E and view[pos + 1] == 0x01:
-        pos += 6
-    if len(view) < pos + 4:
-        raise ValueError("entry too short for its metadata size")
-    start = pos + 4
-    end = start + _SIZE.unpack_from(view, pos)[0]
-    if end > len(view):
-        raise ValueError("metadata size runs past the end of the entry")
-    return start, end
-
-
 def pulsar_entry_keys(topic: str, body: memoryview) -> list[str]:
     """Keys of a stored Pulsar entry: ``MessageMetadata.partition_key`` and, for a batch, each
     ``SingleMessageMetadata.partition_key`` (decompressing the payload; encrypted batches are not opened).
 
-    Runs on the store's reput thread for every entry, so it is lean: it parses only the MessageMetadata (no
-    CRC or UTF-8 validation: that happened on publish). Raises ValueError, the protocol layer's errors or
-    protobuf's ``DecodeError`` on a malformed entry (the store counts and skips those)."""
-    view = body if isinstance(body, memoryview) else memoryview(body)
-    metadata_start, metadata_end = _metadata_span(view)
-    # upb parses any buffer; the stub says bytes, and a copy per entry would cost the reput thread
-    metadata = MessageMetadata.FromString(view[metadata_start:metadata_end])  # type: ignore[arg-type]
-    keys = [metadata.partition_key] if metadata.HasField("partition_key") else []
-    if metadata.HasField("num_messages_in_batch") and not metadata.encryption_keys:
-        payload: bytes | memoryview = view[metadata_end:]
-        if metadata.compression:
-            payload = decompress(metadata.compression, payload, metadata.uncompressed_size)
-        for single, _ in decode_batch(payload, metadata.num_messages_in_batch):
-            if single.HasField("partition_key"):
-                keys.append(single.partition_key)
-    return keys
+    The store's ``key_extractor``: it runs on the reput thread for every entry, so it is
+    :func:`quasar.protocol.entry_keys.entry_keys`, compiled, one pass over the entry with the GIL released on
+    large entries and no Python object per message (no CRC or required-field check: that happened on
+    publish). Raises the protocol layer's errors (MalformedFrameError, MalformedBatchError,
+    CompressionError) on a malformed entry; the store counts and skips those."""
+    return entry_keys(body)
 
 
 def _topic(request: web.Request) -> TopicName:
