@@ -13,7 +13,8 @@ from the earliest position and check every receipted message (sequence number, p
 - ASYNC_FLUSH: a receipt is sent before the flush, so cuts must lose some; the test asserts that they do,
   which proves the set-up can see a loss.
 - SYNC_FLUSH with ``lazyfs --posix-sizes`` (a new file's size is durable only through its own fsync, POSIX's
-  letter): expected to fail, see its xfail reason.
+  letter): no receipted message lost either, and the broker restarts every time (it found a new index file
+  whose directory entry was fsynced before its size; ``IndexFile`` now fsyncs a file it creates).
 
 A receipted message is one whose send callback reported success before the cut: the receipts are taken
 when the file system answers ``cut`` (a receipt still on the wire then is left out, although the broker sent
@@ -42,7 +43,7 @@ from pathlib import Path
 
 import pytest
 
-from quasar.testing.broker_process import BrokerProcess, BrokerProcessError
+from quasar.testing.broker_process import BrokerProcess
 from tests.storage.lazyfs import LazyFSProcess, unavailable_reason
 
 _UNAVAILABLE = unavailable_reason()
@@ -458,13 +459,6 @@ def test_async_flush_loses_receipted_messages_at_power_cuts(tmp_path: Path):
 @pytest.mark.slow
 @pytest.mark.interop
 @needs_pulsar
-@pytest.mark.xfail(
-    raises=BrokerProcessError,
-    strict=False,
-    reason="IndexService._writable_file creates an index file (ftruncate to full size) and fsyncs the "
-    "directory without fsyncing the file, so under POSIX's letter (lazyfs --posix-sizes) it can be durable "
-    "with size 0; IndexService.load then raises StoreLoadError and the broker does not start",
-)
 def test_sync_flush_power_cuts_with_posix_sizes(tmp_path: Path):
     """As the SYNC test, on a file system that keeps a file's size only when the file itself is fsynced."""
     outcome = _power_cut_rounds(

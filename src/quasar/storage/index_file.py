@@ -113,6 +113,9 @@ class IndexFile:
             if create:
                 os.ftruncate(self._fd, self.file_size)
                 reserve_space(self._fd, 0, self._items_start)  # header and slots: written anywhere
+                # the size must be durable before the caller fsyncs the directory that names the file: else a
+                # power cut can leave the name with 0 bytes, and load() refuses the store
+                os.fsync(self._fd)
             elif os.fstat(self._fd).st_size != self.file_size:
                 raise StoreLoadError(
                     f"{path}: size {os.fstat(self._fd).st_size} bytes, expected {self.file_size} "
