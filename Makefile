@@ -30,11 +30,13 @@ $(VENV)/.built-ext: $(EXT_SOURCES) | $(VENV)/.installed-run
 run: $(VENV)/.installed-run $(VENV)/.built-ext
 	$(BIN)/quasar standalone --data-dir ./data
 
-## make test: install with the dev extras (and a headless JRE for Spark when java 17+ is missing),
+## make test: install with the dev extras (and a headless JRE for Spark when java 17+ is missing, and Debian's
+## fuse3 for the power-loss test),
 ## then ruff, the import-linter contracts, mypy (configured in pyproject.toml), the file-size check, and pytest
 ## twice: with the compiled hot paths, then with their pure-Python twins (QUASAR_PURE_PYTHON=1)
 test: $(VENV)/.installed-dev $(VENV)/.built-ext
 	bash scripts/ensure_java.sh
+	bash scripts/ensure_fuse.sh
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 	$(BIN)/mypy
@@ -59,8 +61,13 @@ lint: $(VENV)/.installed-dev
 proto: $(VENV)/.installed-dev
 	sh scripts/gen_proto.sh
 
+## make bench: produce_consume.py, then Quasar beside Redis and RabbitMQ in one sitting (peers_compare.py);
+## scripts/setup_bench_peers.sh installs the peers (Debian packages, a bench venv) and needs root
 bench: $(VENV)/.installed-run $(VENV)/.built-ext
+	$(BIN)/python -m pip install --quiet -e '.[demo,bench]'
 	$(BIN)/python benchmarks/produce_consume.py
+	bash scripts/setup_bench_peers.sh
+	$(BIN)/python benchmarks/peers_compare.py
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache

@@ -49,7 +49,7 @@ static inline int qs_pb_tag(qs_pb_cursor *c, uint32_t *field, uint32_t *wire_typ
     return QS_PB_OK;
 }
 
-/* Read the length prefix of a wire-type-2 field; *data/*len give the bytes, the cursor moves past them. */
+/* Read the length prefix of a wire-type-2 field; data and len give its bytes; the cursor moves past them. */
 static inline int qs_pb_bytes(qs_pb_cursor *c, const uint8_t **data, size_t *len) {
     uint64_t n;
     int rc = qs_pb_varint(c, &n);
