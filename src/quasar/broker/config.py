@@ -14,6 +14,30 @@ from typing import Any
 DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024  # bytes; Pulsar's maxMessageSize default
 
 
+_POSITIVE = (
+    "max_message_size",
+    "managed_ledger_max_entries_per_ledger",
+    "broker_deduplication_entries_interval",
+    "broker_deduplication_max_number_of_producers",
+    "delayed_delivery_tick_time_ms",
+    "message_expiry_check_interval_s",
+    "backlog_quota_check_interval_s",
+    "max_concurrent_non_persistent_message_per_connection",
+    "subscription_key_shared_consistent_hashing_replica_points",
+    "dispatcher_max_read_batch_size",
+)
+"""Settings that must be > 0."""
+_NON_NEGATIVE = (
+    "max_unacked_messages_per_consumer",
+    "max_unacked_messages_per_subscription",
+    "max_producers_per_topic",
+    "max_consumers_per_topic",
+    "max_consumers_per_subscription",
+    "gc_gen0_threshold",
+)
+"""Settings that must be >= 0 (0: unlimited, disabled or the default, as each says)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BrokerConfig:
     """Everything ``quasar standalone`` needs.
@@ -53,6 +77,8 @@ class BrokerConfig:
       ``is_delayed_delivery_deliver_at_time_strict`` (false: up to one tick early): Shared delayed delivery.
     - ``max_concurrent_non_persistent_message_per_connection``: non-persistent publishes in flight per
       connection; beyond it a publish is dropped with receipt (-1, -1) (Pulsar 1000).
+    - ``gc_gen0_threshold`` (50,000; 0 keeps CPython's 700) and ``gc_freeze_after_start`` (true): the broker
+      process's cyclic garbage collector (``quasar standalone`` only; see ``quasar.broker.gc_tuning``).
     """
 
     host: str = "127.0.0.1"
@@ -115,37 +141,24 @@ class BrokerConfig:
     backlog_quota_default_limit_second: int = -1
     backlog_quota_default_retention_policy: str = "producer_request_hold"
     subscription_key_shared_consistent_hashing_replica_points: int = 100
+    gc_gen0_threshold: int = 50_000
+    gc_freeze_after_start: bool = True
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535 or not 0 <= self.admin_port <= 65535:
             raise ValueError(f"ports must be in 0..65535, got {self.port} and {self.admin_port}")
-        if self.max_message_size <= 0:
-            raise ValueError(f"max_message_size must be positive, got {self.max_message_size}")
+        for name in _POSITIVE:
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        for name in _NON_NEGATIVE:
+            if getattr(self, name) < 0:
+                raise ValueError(
+                    f"{name} must be >= 0 (0 = unlimited, disabled or default), got {getattr(self, name)}"
+                )
         if self.flush_disk_type not in ("SYNC_FLUSH", "ASYNC_FLUSH"):
             raise ValueError(
                 f"flush_disk_type must be SYNC_FLUSH or ASYNC_FLUSH, got {self.flush_disk_type!r}"
             )
-        if self.managed_ledger_max_entries_per_ledger <= 0:
-            raise ValueError("managed_ledger_max_entries_per_ledger must be positive")
-        if self.broker_deduplication_entries_interval <= 0:
-            raise ValueError("broker_deduplication_entries_interval must be positive")
-        if self.broker_deduplication_max_number_of_producers <= 0:
-            raise ValueError("broker_deduplication_max_number_of_producers must be positive")
-        if self.max_unacked_messages_per_consumer < 0 or self.max_unacked_messages_per_subscription < 0:
-            raise ValueError("max_unacked_messages_per_consumer/subscription must be >= 0 (0 disables)")
-        if (
-            min(
-                self.max_producers_per_topic,
-                self.max_consumers_per_topic,
-                self.max_consumers_per_subscription,
-            )
-            < 0
-        ):
-            raise ValueError("max producers/consumers limits must be >= 0 (0 = unlimited)")
-        if self.delayed_delivery_tick_time_ms <= 0:
-            raise ValueError("delayed_delivery_tick_time_ms must be positive")
-        if self.message_expiry_check_interval_s <= 0 or self.backlog_quota_check_interval_s <= 0:
-            raise ValueError("policy check intervals must be positive")
         if self.backlog_quota_default_retention_policy not in (
             "producer_request_hold",
             "producer_exception",
@@ -154,12 +167,6 @@ class BrokerConfig:
             raise ValueError(
                 f"unknown backlog_quota_default_retention_policy {self.backlog_quota_default_retention_policy!r}"
             )
-        if self.max_concurrent_non_persistent_message_per_connection <= 0:
-            raise ValueError("max_concurrent_non_persistent_message_per_connection must be positive")
-        if self.subscription_key_shared_consistent_hashing_replica_points <= 0:
-            raise ValueError("subscription_key_shared_consistent_hashing_replica_points must be positive")
-        if self.dispatcher_max_read_batch_size <= 0:
-            raise ValueError("dispatcher_max_read_batch_size must be positive")
 
     @classmethod
     def from_file(cls, path: Path, **overrides: Any) -> BrokerConfig:

@@ -12,6 +12,8 @@ import click
 
 from quasar.broker.app import BrokerApp
 from quasar.broker.config import BrokerConfig
+from quasar.broker.gc_tuning import tune_gc
+from quasar.native import compiled_modules
 
 log = logging.getLogger("quasar")
 
@@ -31,6 +33,8 @@ async def _serve(config: BrokerConfig) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await app.start()
+    tune_gc(config.gc_gen0_threshold, config.gc_freeze_after_start)
+    log.info("compiled hot paths: %s", ", ".join(compiled_modules()) or "none (QUASAR_PURE_PYTHON or not built)")
     # The readiness line: tests and tools wait for it.
     print(f"quasar standalone ready: {app.service_url} {app.web_service_url}", flush=True)
     try:
