@@ -21,6 +21,7 @@ class FakeTransport:
     def __init__(self) -> None:
         self.out = bytearray()
         self.closed = False
+        self.calls = 0  # write/writelines calls: one per loop turn or data_received
 
     def get_extra_info(self, name: str, default: object = None) -> object:
         return default
@@ -29,14 +30,19 @@ class FakeTransport:
         pass
 
     def write(self, data: bytes) -> None:
+        self.calls += 1
         self.out += data
 
     def writelines(self, parts: list[bytes]) -> None:
+        self.calls += 1
         for part in parts:
             self.out += part
 
     def close(self) -> None:
         self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
 
     def frames(self) -> list[Frame]:
         """Every frame written since the last call."""
@@ -96,6 +102,21 @@ async def test_commands_before_connect_close_the_connection():
     cnx.connection_made(transport)  # type: ignore[arg-type]
     cnx.data_received(commands.new_ping())
     assert transport.closed
+    cnx.connection_lost(None)
+
+
+async def test_the_replies_of_one_read_and_of_one_loop_turn_go_out_in_one_write():
+    cnx, transport, _ = connected()
+    transport.calls = 0
+    cnx.data_received(commands.new_ping() * 3)
+    assert transport.calls == 1
+    assert [f.type for f in transport.frames()] == [CommandType.PONG] * 3
+    for consumer_id in (1, 2):  # frames queued outside data_received (as a flush callback does)
+        cnx.send_close_consumer(consumer_id)
+    assert transport.calls == 1 and transport.out == b""
+    await settle()
+    assert transport.calls == 2
+    assert [f.type for f in transport.frames()] == [CommandType.CLOSE_CONSUMER] * 2
     cnx.connection_lost(None)
 
 

@@ -15,6 +15,12 @@ Owned background work, cancelled in ``connection_lost``: the keep-alive timer (P
 ``keep_alive_interval_s``, close after a second silent interval) and the tasks of ``spawn`` (PRODUCER,
 SUBSCRIBE and UNSUBSCRIBE that wait on topic loading or metadata).
 
+Output is written once per event-loop turn: every frame a turn produces (receipts of a group commit round,
+the MESSAGE frames of a dispatch round, replies) is queued, and one ``writelines`` hands them all to the
+transport at the end of the turn (or of ``data_received``, for the replies to the commands it read) — one system call where there was one per frame (Pulsar's Netty pipeline
+consolidates flushes the same way). Queued output above the high-water mark is handed over at once, and
+``close`` hands over what is queued before it closes.
+
 Flow control towards the client: when the transport's write buffer passes its high-water mark the connection
 stops being ``writable`` and dispatchers skip its consumers until asyncio calls ``resume_writing``.
 """
@@ -75,6 +81,9 @@ class ServerCnx(asyncio.Protocol):
         self.producers: IdRegistry[Producer] = IdRegistry()
         self.consumers: IdRegistry[Consumer] = IdRegistry()
         self._writable = True
+        self._out: list[bytes | memoryview] = []  # frames of this loop turn, written by _write_out
+        self._out_bytes = 0
+        self._out_scheduled = False
         self._closing = False
         self._awaiting_pong = False
         self._keepalive: asyncio.TimerHandle | None = None
@@ -124,12 +133,15 @@ class ServerCnx(asyncio.Protocol):
         except Exception:  # last-resort boundary (logged): a handler's bug closes this connection only
             log.exception("unexpected error on connection %s", self.remote_address)
             self.close("internal error")
+        else:
+            self._write_out()  # the replies to this chunk's commands, in one system call
 
     def eof_received(self) -> bool | None:
         return None  # let the transport close
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
+        self._out = []
         self._connections.discard(self)
         if self._keepalive is not None:
             self._keepalive.cancel()
@@ -186,14 +198,37 @@ class ServerCnx(asyncio.Protocol):
         return self._writable and not self._closing
 
     def write(self, frame: bytes) -> None:
-        if self.transport is not None and not self._closing:
-            self.transport.write(frame)
+        """Queue one frame; it reaches the transport at the end of this loop turn (module docstring)."""
+        if self._closing or self.transport is None:
+            return
+        self._out.append(frame)
+        self._queued(len(frame))
+
+    def _queued(self, size: int) -> None:
+        self._out_bytes += size
+        if self._out_bytes >= WRITE_BUFFER_HIGH_WATER:
+            self._write_out()
+        elif not self._out_scheduled:
+            self._out_scheduled = True
+            asyncio.get_running_loop().call_soon(self._write_out)
+
+    def _write_out(self) -> None:
+        """Hand the queued frames to the transport in one ``writelines``."""
+        self._out_scheduled = False
+        out = self._out
+        if not out:
+            return
+        self._out = []
+        self._out_bytes = 0
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.writelines(out)
 
     def close(self, reason: str) -> None:
         """Close this connection only, logging ``reason``; producers and consumers on it are detached."""
         if self._closing:
             return
         log.warning("closing connection from %s: %s", self.remote_address, reason)
+        self._write_out()  # what was answered before the close still goes out
         self._closing = True
         if self.transport is not None:
             self.transport.close()
@@ -260,17 +295,17 @@ class ServerCnx(asyncio.Protocol):
     ) -> None:
         if self.transport is None or self._closing:
             return
-        self.transport.writelines(
-            commands.new_message(
-                consumer_id,
-                position.ledger_id,
-                position.entry_id,
-                partition,
-                headers_and_payload,
-                redelivery_count=redelivery_count,
-                ack_set=ack_set,
-            )
+        parts = commands.new_message(
+            consumer_id,
+            position.ledger_id,
+            position.entry_id,
+            partition,
+            headers_and_payload,
+            redelivery_count=redelivery_count,
+            ack_set=ack_set,
         )
+        self._out += parts
+        self._queued(sum(map(len, parts)))
 
     def send_close_consumer(self, consumer_id: int) -> None:
         """Broker-initiated CLOSE_CONSUMER (seek, unload): the client re-subscribes by itself."""
