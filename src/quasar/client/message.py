@@ -1,8 +1,8 @@
 """Messages: what a producer sends (:class:`OutgoingMessage`) and what a consumer hands out (:class:`Message`).
 
-:func:`encode_single_metadata` writes a ``SingleMessageMetadata`` (reference/pulsar-protocol.md §7.2) by hand,
-field by field in field-number order exactly as protobuf would, because it runs once per batched message on the
-publish hot path. The fields written (tag bytes in hex)::
+:func:`encode_single_metadata` writes a ``SingleMessageMetadata`` (reference/pulsar-protocol.md §7.2) field by
+field in field-number order exactly as protobuf would (compiled: ``quasar.client._codec_c``), because it runs
+once per batched message on the publish hot path. The fields written (tag bytes in hex)::
 
     | Field              | #  | Tag  | Wire type | When                              |
     |--------------------|----|------|-----------|-----------------------------------|
@@ -19,7 +19,6 @@ For 3 items "m0".."m2" this yields ``18 02 40 00`` etc., the bytes the C++ clien
 from __future__ import annotations
 
 import datetime
-import struct
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -28,6 +27,8 @@ from google.protobuf.message import DecodeError
 
 from quasar.protocol import MessageId, pb
 
+from .codec import encode_single_metadata as _encode_single
+from .codec import split_batch as _split_batch
 from .config import check_properties
 from .errors import InvalidMessageError
 from .op_send import message_id as _message_id
@@ -54,10 +55,6 @@ def encode_varint(value: int) -> bytes:
     return bytes(out)
 
 
-def _length_delimited(tag: int, data: bytes) -> bytes:
-    return bytes((tag,)) + encode_varint(len(data)) + data
-
-
 def encode_single_metadata(
     payload_size: int,
     sequence_id: int,
@@ -67,23 +64,13 @@ def encode_single_metadata(
     event_time: int | None = None,
     ordering_key: bytes | None = None,
 ) -> bytes:
-    """Serialized ``SingleMessageMetadata`` (see the module docstring), byte-identical to protobuf's output."""
-    if properties is None and partition_key is None and event_time is None and ordering_key is None:
-        return b"\x18" + encode_varint(payload_size) + b"\x40" + encode_varint(sequence_id)
-    parts: list[bytes] = []
-    if properties:
-        for key, value in properties.items():
-            kv = _length_delimited(0x0A, key.encode()) + _length_delimited(0x12, value.encode())
-            parts.append(_length_delimited(0x0A, kv))
-    if partition_key is not None:
-        parts.append(_length_delimited(0x12, partition_key.encode()))
-    parts.append(b"\x18" + encode_varint(payload_size))
-    if event_time is not None:
-        parts.append(b"\x28" + encode_varint(event_time))
-    if ordering_key is not None:
-        parts.append(_length_delimited(0x3A, ordering_key))
-    parts.append(b"\x40" + encode_varint(sequence_id))
-    return b"".join(parts)
+    """Serialized ``SingleMessageMetadata`` (see the module docstring), byte-identical to protobuf's output
+    (``encode_single_metadata`` of the compiled codec, twin ``quasar.client._codec_py``).
+
+    Raises:
+        TypeError / ValueError: a value of the wrong type or out of its field's range.
+    """
+    return _encode_single(payload_size, sequence_id, properties, partition_key, event_time, ordering_key)
 
 
 class OutgoingMessage:
@@ -380,7 +367,6 @@ class Message:
 
 
 _parse_single = pb.SingleMessageMetadata.FromString
-_unpack_u32 = struct.Struct(">I").unpack_from
 
 
 def unpack_batch(
@@ -390,10 +376,10 @@ def unpack_batch(
     reference/pulsar-protocol.md §7.2) into Messages; items for which ``keep(index)`` is False are skipped.
     The batch is ``payload[offset:]`` (so a frame's buffer is read without copying it first).
 
-    The consumer's hot path. Boundaries are found with a minimal scan: when a metadata is exactly
-    ``18 <payload_size> [40 <sequence_id>]`` (payload_size < 16384; what the C++, Java and Quasar producers
-    write without properties / keys / event time) it is checked and kept as bytes, parsed only if an accessor
-    needs it; any other metadata is parsed with protobuf here.
+    The consumer's hot path, compiled (``split_batch`` of ``quasar.client._codec_c``, twin ``_codec_py``): the
+    Messages are built there without ``__init__``. A metadata that holds only ``payload_size`` and
+    ``sequence_id`` (what the C++, Java and Quasar producers write without properties / keys / event time) is
+    kept as bytes, parsed only if an accessor needs it; any other metadata is parsed with protobuf here.
 
     Returns:
         ``(messages, skipped)``.
@@ -401,46 +387,13 @@ def unpack_batch(
     Raises:
         InvalidMessageError: a size runs past the payload, a metadata does not parse, or bytes are left over.
     """
-    total = len(payload)
-    pos = offset
-    messages: list[Message] = []
-    append = messages.append
-    skipped = 0
+    if payload.__class__ is not bytes:
+        payload = bytes(payload)
     try:
-        for index in range(entry.batch_size):
-            start = pos + 4
-            end = start + _unpack_u32(payload, pos)[0]
-            single: Any = payload[start:end]
-            length = len(single)
-            size = -1
-            if length > 1 and single[0] == 0x18 and end <= total:
-                byte = single[1]
-                if byte < 0x80:
-                    size, rest = byte, 2
-                elif length > 2 and single[2] < 0x80:
-                    size, rest = (byte & 0x7F) | (single[2] << 7), 3
-                if size >= 0 and rest != length:  # the rest must be exactly "40 <varint>"
-                    tail = length - rest
-                    if (
-                        single[rest] != 0x40
-                        or single[-1] >= 0x80
-                        or tail < 2
-                        or tail > 10  # at most 63 bits: cannot overflow
-                        or (tail > 2 and min(single[rest + 1 : -1]) < 0x80)
-                    ):
-                        size = -1
-            if size < 0:
-                single = _parse_single(single)
-                size = single.payload_size
-            pos = end + size
-            if end > total or pos > total:
-                raise InvalidMessageError(f"batch item runs past the {total}-byte payload")
-            if keep is None or keep(index):
-                append(Message(payload[end:pos], entry, index, single))
-            else:
-                skipped += 1
-    except (struct.error, DecodeError) as exc:
+        messages: list[Message]
+        messages, skipped = _split_batch(
+            payload, offset, entry.batch_size, keep, entry, Message, _parse_single
+        )
+    except (ValueError, DecodeError) as exc:
         raise InvalidMessageError(f"malformed batch payload: {exc}") from None
-    if pos != total:
-        raise InvalidMessageError(f"{total - pos} bytes left over after {entry.batch_size} batch items")
     return messages, skipped

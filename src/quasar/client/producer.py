@@ -8,7 +8,8 @@ Follows seed 000 and the Java/C++ ``ProducerImpl`` (reference/pulsar-protocol.md
   sequence id is <= ``last_sequence_id_pushed`` may be a duplicate and goes out in a batch of its own.
 * Each SEND is an :class:`OpSendMsg` in the pending queue. SEND_RECEIPTs arrive in order and are matched to the
   head: a smaller sequence id is stale and ignored, a larger one closes the connection (then everything
-  pending is resent). A batch of n completes its n waiters with ``MessageId(ledger, entry, partition, i, n)``.
+  pending is resent). A batch of n completes its n waiters with ``MessageId(ledger, entry, partition, i, n)``
+  (built and handed out by the compiled ``complete_receipt``, twin in ``quasar.client._codec_py``).
 * ``max_pending_messages`` counts messages from ``send`` until their receipt; when full, ``send`` waits
   (``block_if_queue_full``) or raises :class:`ProducerQueueIsFullError`.
 * Each message has a *waiter* (:mod:`quasar.client.op_send`): a Future for the asyncio API, the user's callback
@@ -48,6 +49,7 @@ from quasar.protocol.ack_set import to_int64
 from ._tasks import TaskOwner
 from .batch import BatchMessageContainer, BuiltBatch
 from .client_cnx import ClientCnx
+from .codec import complete_receipt as _complete_receipt
 from .config import ProducerConfig
 from .connection_pool import retry_until
 from .context import ClientContext
@@ -60,7 +62,6 @@ from .errors import (
 )
 from .message import OutgoingMessage, make_outgoing
 from .op_send import Future, OpSendMsg, complete_waiter, fail_waiter
-from .op_send import message_id as _message_id
 from .producer_batch import Batcher
 from .producer_encode import MessageEncoder
 
@@ -452,27 +453,12 @@ class Producer:
         if op.highest_sequence_id > self.last_sequence_id_published:
             self.last_sequence_id_published = op.highest_sequence_id
         mid = body.message_id
-        ledger_id = to_int64(mid.ledgerId)
-        entry_id = to_int64(mid.entryId)
-        partition = self.partition
         waiters = op.waiters
-        if op.num_messages == 1 or len(waiters) == 1:
-            for waiter in waiters:
-                if waiter is not None:
-                    complete_waiter(waiter, _message_id(ledger_id, entry_id, partition))
-        else:
-            size = op.num_messages
-            index = -1
-            for waiter in waiters:
-                index += 1
-                if waiter is None:
-                    continue
-                result = _message_id(ledger_id, entry_id, partition, index, size)
-                if waiter.__class__ is Future:
-                    if not waiter.done():
-                        waiter.set_result(result)
-                else:
-                    complete_waiter(waiter, result)
+        size = 0 if op.num_messages == 1 or len(waiters) == 1 else op.num_messages
+        _complete_receipt(
+            waiters, to_int64(mid.ledgerId), to_int64(mid.entryId), self.partition, size, MessageId, Future,
+            complete_waiter,
+        )  # fmt: skip
         self._release(op.permits)
         if self._flush_waiters:
             self._wake_flush(op)

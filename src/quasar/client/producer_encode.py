@@ -9,6 +9,8 @@
   chunk's op carries the waiter and the pending-queue permit, so only its receipt completes the message.
 * A frame larger than ``max_message_size`` raises :class:`MessageTooBigError` (nothing is encoded).
 
+The MessageMetadata and the whole SEND frame (command, CRC-32C, metadata, payload) are built in one call each by
+the compiled codec (``quasar.client._codec_c``, twin ``_codec_py``), byte-identical to protobuf's serialization.
 The encoder holds no queue and does no I/O: :class:`~quasar.client.producer.Producer` hands it messages and
 pushes the ops it returns.
 """
@@ -16,19 +18,14 @@ pushes the ops it returns.
 from __future__ import annotations
 
 import time
-from typing import Any, cast
+from typing import Any
 
-from quasar.protocol import (
-    DEFAULT_MAX_MESSAGE_SIZE,
-    CompressionType,
-    commands,
-    compress,
-    encode_headers_and_payload,
-    pb,
-)
+from quasar.protocol import DEFAULT_MAX_MESSAGE_SIZE, CompressionType, compress
 
 from .batch import BuiltBatch
 from .chunking import split_chunks
+from .codec import encode_metadata as _encode_metadata
+from .codec import encode_send as _encode_send
 from .config import ProducerConfig
 from .errors import MessageTooBigError
 from .message import OutgoingMessage
@@ -36,6 +33,8 @@ from .op_send import OpSendMsg
 
 __all__ = ["MessageEncoder"]
 
+#: MessageMetadata fields 1 to 19 of :func:`encode_metadata` (the chunk fields follow per chunk).
+_Fields = tuple[Any, Any, Any, Any, Any, Any, Any, Any, Any, Any, Any, Any, Any]
 _CRC_AND_SIZE = 10  # [0x0e01 u16][crc u32][metadataSize u32]
 _CHUNK_METADATA_SLACK = 64  # uuid digits and chunk fields beyond the base metadata
 
@@ -78,32 +77,21 @@ class MessageEncoder:
             MessageTooBigError: the compressed entry exceeds ``max_message_size``.
         """
         first = built.first
-        metadata = self._new_metadata(first, built.sequence_id)
-        metadata.num_messages_in_batch = built.num_messages
-        if first.partition_key is not None:
-            metadata.partition_key = first.partition_key
-        if first.ordering_key is not None:
-            metadata.ordering_key = first.ordering_key
-        highest = built.highest_sequence_id if built.num_messages > 1 else None
-        if highest is not None:
-            metadata.highest_sequence_id = highest
-        payload = self._compress(metadata, built.payload)
-        span = encode_headers_and_payload(metadata, payload)
-        if len(span) > self.max_message_size:
+        count = built.num_messages
+        highest = built.highest_sequence_id if count > 1 else None
+        payload, compression, uncompressed = self._compress(built.payload)
+        metadata = _encode_metadata(
+            self.producer_name, built.sequence_id, time.time_ns() // 1_000_000, None, first.partition_key,
+            first.replication_clusters or None, compression, uncompressed, count, None, self.schema_version,
+            first.ordering_key, None, highest, None, None, None, None,
+        )  # fmt: skip
+        size = _CRC_AND_SIZE + len(metadata) + len(payload)
+        if size > self.max_message_size:
             raise MessageTooBigError(
-                f"batch of {len(span)} bytes exceeds max_message_size {self.max_message_size}"
+                f"batch of {size} bytes exceeds max_message_size {self.max_message_size}"
             )
-        frame = commands.new_send(
-            self.producer_id, built.sequence_id, span, built.num_messages, highest_sequence_id=highest
-        )
-        return OpSendMsg(
-            built.sequence_id,
-            built.highest_sequence_id,
-            built.num_messages,
-            frame,
-            built.waiters,
-            built.num_messages,
-        )
+        frame = _encode_send(self.producer_id, built.sequence_id, count, highest, False, metadata, payload)
+        return OpSendMsg(built.sequence_id, built.highest_sequence_id, count, frame, built.waiters, count)
 
     def encode_single(self, message: OutgoingMessage, sequence_id: int, waiter: Any) -> list[OpSendMsg]:
         """The SEND of one non-batched message, or one SEND per chunk (chunking on and the message too big).
@@ -111,70 +99,48 @@ class MessageEncoder:
         Raises:
             MessageTooBigError: not chunked and the frame exceeds ``max_message_size``.
         """
-        metadata = self._new_metadata(message, sequence_id)
-        if message.properties:
-            for key, value in message.properties.items():
-                metadata.properties.add(key=key, value=value)
-        if message.partition_key is not None:
-            metadata.partition_key = message.partition_key
-        if message.ordering_key is not None:
-            metadata.ordering_key = message.ordering_key
-        if message.event_timestamp is not None:
-            metadata.event_time = message.event_timestamp
-        if message.deliver_at is not None:
-            metadata.deliver_at_time = message.deliver_at
-        payload = self._compress(metadata, message.payload)
+        payload, compression, uncompressed = self._compress(message.payload)
+        fields: _Fields = (
+            self.producer_name, sequence_id, time.time_ns() // 1_000_000, message.properties or None,
+            message.partition_key, message.replication_clusters or None, compression, uncompressed, None,
+            message.event_timestamp, self.schema_version, message.ordering_key, message.deliver_at,
+        )  # fmt: skip
+        metadata = _encode_metadata(*fields, None, None, None, None, None)
         max_size = self.max_message_size
-        overhead = metadata.ByteSize() + _CRC_AND_SIZE
+        overhead = len(metadata) + _CRC_AND_SIZE
         if self._chunking and len(payload) + overhead > max_size:
             chunk_size = max_size - overhead - _CHUNK_METADATA_SLACK
             if self._chunk_max is not None:
                 chunk_size = min(chunk_size, self._chunk_max)
-            return self._encode_chunks(metadata, payload, sequence_id, waiter, max(1, chunk_size))
-        span = encode_headers_and_payload(metadata, payload)
-        if len(span) > max_size:
-            raise MessageTooBigError(f"message of {len(span)} bytes exceeds max_message_size {max_size}")
-        frame = commands.new_send(self.producer_id, sequence_id, span)
+            return self._encode_chunks(fields, payload, sequence_id, waiter, max(1, chunk_size))
+        size = overhead + len(payload)
+        if size > max_size:
+            raise MessageTooBigError(f"message of {size} bytes exceeds max_message_size {max_size}")
+        frame = _encode_send(self.producer_id, sequence_id, None, None, False, metadata, payload)
         return [OpSendMsg(sequence_id, sequence_id, 1, frame, [waiter], 1)]
 
-    def _new_metadata(self, message: OutgoingMessage, sequence_id: int) -> pb.MessageMetadata:
-        metadata = pb.MessageMetadata(
-            producer_name=self.producer_name,
-            sequence_id=sequence_id,
-            publish_time=time.time_ns() // 1_000_000,
-        )
-        if message.replication_clusters:
-            metadata.replicate_to.extend(message.replication_clusters)
-        if self.schema_version:
-            metadata.schema_version = self.schema_version
-        return metadata
-
-    def _compress(self, metadata: pb.MessageMetadata, payload: bytes) -> bytes:
+    def _compress(self, payload: bytes) -> tuple[bytes, int | None, int | None]:
+        """``(payload, compression, uncompressed_size)``: the metadata fields are None without compression."""
         kind = self._compression
         if kind == CompressionType.NONE:
-            return payload
-        metadata.compression = cast(pb.CompressionType.ValueType, kind)
-        metadata.uncompressed_size = len(payload)
-        return compress(kind, payload)
+            return payload, None, None
+        return compress(kind, payload), int(kind), len(payload)
 
     def _encode_chunks(
         self,
-        metadata: pb.MessageMetadata,
+        fields: _Fields,
         payload: bytes,
         sequence_id: int,
         waiter: Any,
         chunk_size: int,
     ) -> list[OpSendMsg]:
         chunks = split_chunks(payload, chunk_size)
-        metadata.uuid = f"{self.producer_name}-{sequence_id}"
-        metadata.num_chunks_from_msg = len(chunks)
-        metadata.total_chunk_msg_size = len(payload)
+        uuid = f"{self.producer_name}-{sequence_id}"
         last = len(chunks) - 1
         ops = []
         for chunk_id, chunk in enumerate(chunks):
-            metadata.chunk_id = chunk_id
-            span = encode_headers_and_payload(metadata, chunk)
-            frame = commands.new_send(self.producer_id, sequence_id, span, is_chunk=True)
+            metadata = _encode_metadata(*fields, None, uuid, len(chunks), len(payload), chunk_id)
+            frame = _encode_send(self.producer_id, sequence_id, None, None, True, metadata, chunk)
             is_last = chunk_id == last
             ops.append(
                 OpSendMsg(
