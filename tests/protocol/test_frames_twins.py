@@ -240,3 +240,41 @@ def test_decoder_returns_send_frames_whose_command_parses_lazily() -> None:
         4,
     )
     assert frame.body.producer_id == 5 and frame.command.send.num_messages == 4
+
+
+IDS = st.integers(-(2**63), 2**64 - 1)
+
+
+@settings(max_examples=500)
+@given(U64, U64, IDS, IDS, st.one_of(st.none(), U64))
+def test_send_receipt_twins_write_the_protobuf_bytes(
+    producer_id: int, sequence_id: int, ledger_id: int, entry_id: int, highest: int | None
+) -> None:
+    frame = _frames_c.encode_send_receipt(producer_id, sequence_id, ledger_id, entry_id, highest)
+    assert frame == _frames_py.encode_send_receipt(producer_id, sequence_id, ledger_id, entry_id, highest)
+    decoder = FrameDecoder()
+    decoder.receive_data(frame)
+    receipt = decoder.next_frame().command.send_receipt  # type: ignore[union-attr]
+    assert (receipt.producer_id, receipt.sequence_id, receipt.highest_sequence_id) == (
+        producer_id,
+        sequence_id,
+        highest or 0,
+    )
+    assert receipt.HasField("highest_sequence_id") is (highest is not None)
+    assert (receipt.message_id.ledgerId, receipt.message_id.entryId) == (ledger_id % 2**64, entry_id % 2**64)
+
+
+@pytest.mark.parametrize("twin", TWINS, ids=["c", "py"])
+@pytest.mark.parametrize(
+    "args",
+    [(-1, 0, 0, 0, None), (2**64, 0, 0, 0, None), (0, 0, -(2**63) - 1, 0, None), (0, 0, 0, 0, -1)],
+)
+def test_send_receipt_values_out_of_range_raise_value_error(twin: Any, args: tuple[Any, ...]) -> None:
+    with pytest.raises(ValueError):
+        twin.encode_send_receipt(*args)
+
+
+@pytest.mark.parametrize("twin", TWINS, ids=["c", "py"])
+def test_send_receipt_refuses_a_non_int(twin: Any) -> None:
+    with pytest.raises(TypeError):
+        twin.encode_send_receipt(1, "2", 3, 4, None)

@@ -1,5 +1,7 @@
 /* quasar.protocol._frames_c: the broker's SEND fast path, compiled (twin: _frames_py.py, same API).
  *
+ * encode_send_receipt(...) writes a whole SEND_RECEIPT frame, byte for byte what the protobuf builder makes.
+ *
  * parse_send(buffer, command_start, command_end, frame_end) reads one SEND frame straight from the
  * decoder's receive buffer: the BaseCommand and its CommandSend, the payload headers
  * ([0x0e01 crc32c]? [u32 metadataSize][MessageMetadata][payload], reference/pulsar-protocol.md), the
@@ -272,8 +274,116 @@ static PyObject *parse_send(PyObject *module, PyObject *const *args, Py_ssize_t 
                          messages, checksum_ok);
 }
 
+/* ------------------------------------------------------------------ SEND_RECEIPT */
+
+static size_t put_varint(uint8_t *out, uint64_t v) {
+    size_t n = 0;
+    while (v >= 0x80) {
+        out[n++] = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    out[n++] = (uint8_t)v;
+    return n;
+}
+
+static size_t varint_size(uint64_t v) {
+    size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+/* An unsigned 64-bit argument; ValueError (as protobuf's setter) when negative or too large. */
+static int arg_u64(PyObject *arg, uint64_t *out) {
+    unsigned long long v = PyLong_AsUnsignedLongLong(arg);
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+        if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError, "%R is out of the uint64 range", arg);
+        }
+        return -1;
+    }
+    *out = (uint64_t)v;
+    return 0;
+}
+
+/* A signed 64-bit id (ledger or entry id) as its uint64 wire value (-1 -> 2^64-1); ValueError outside int64. */
+static int arg_id(PyObject *arg, uint64_t *out) {
+    long long v = PyLong_AsLongLong(arg);
+    if (v == -1 && PyErr_Occurred()) {
+        if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            PyErr_Clear();
+            return arg_u64(arg, out); /* ids up to 2^64-1 are valid uint64 wire values */
+        }
+        return -1;
+    }
+    *out = (uint64_t)v;
+    return 0;
+}
+
+PyDoc_STRVAR(encode_send_receipt_doc,
+             "encode_send_receipt(producer_id, sequence_id, ledger_id, entry_id, highest_sequence_id) -> bytes\n\n"
+             "The whole SEND_RECEIPT frame ([totalSize][commandSize][BaseCommand]) with\n"
+             "message_id{ledgerId, entryId}; highest_sequence_id None leaves the field out. Ids are ints: producer,\n"
+             "sequence and highest sequence ids uint64; ledger and entry ids int64 (negative ones as their uint64\n"
+             "wire value, as the protobuf builder). Raises ValueError for a value outside its range, TypeError for\n"
+             "a non-int. Same bytes as commands.new_send_receipt's protobuf encoding (Pulsar Commands.newSendReceipt).");
+
+static PyObject *encode_send_receipt(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "encode_send_receipt() takes exactly 5 arguments");
+        return NULL;
+    }
+    uint64_t producer_id, sequence_id, ledger_id, entry_id, highest = 0;
+    int has_highest = args[4] != Py_None;
+    for (int i = 0; i < 5; i++) {
+        if (i == 4 && !has_highest) break;
+        if (!PyLong_Check(args[i])) {
+            PyErr_Format(PyExc_TypeError, "encode_send_receipt: argument %d must be int, not %s", i + 1,
+                         Py_TYPE(args[i])->tp_name);
+            return NULL;
+        }
+    }
+    if (arg_u64(args[0], &producer_id) || arg_u64(args[1], &sequence_id) || arg_id(args[2], &ledger_id) ||
+        arg_id(args[3], &entry_id) || (has_highest && arg_u64(args[4], &highest)))
+        return NULL;
+    size_t id_size = 2 + varint_size(ledger_id) + varint_size(entry_id);
+    size_t receipt_size = 2 + varint_size(producer_id) + varint_size(sequence_id) + 1 + varint_size(id_size) + id_size +
+                          (has_highest ? 1 + varint_size(highest) : 0);
+    size_t command_size = 2 + 1 + varint_size(receipt_size) + receipt_size;
+    PyObject *frame = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(8 + command_size));
+    if (frame == NULL) return NULL;
+    uint8_t *out = (uint8_t *)PyBytes_AS_STRING(frame);
+    qs_put_be32(out, (uint32_t)(command_size + 4));
+    qs_put_be32(out + 4, (uint32_t)command_size);
+    uint8_t *p = out + 8;
+    *p++ = 0x08; /* BaseCommand.type */
+    *p++ = 7;    /* SEND_RECEIPT */
+    *p++ = 0x3A; /* BaseCommand.send_receipt (field 7, length-delimited) */
+    p += put_varint(p, receipt_size);
+    *p++ = 0x08; /* producer_id */
+    p += put_varint(p, producer_id);
+    *p++ = 0x10; /* sequence_id */
+    p += put_varint(p, sequence_id);
+    *p++ = 0x1A; /* message_id */
+    p += put_varint(p, id_size);
+    *p++ = 0x08; /* ledgerId */
+    p += put_varint(p, ledger_id);
+    *p++ = 0x10; /* entryId */
+    p += put_varint(p, entry_id);
+    if (has_highest) {
+        *p++ = 0x20; /* highest_sequence_id */
+        p += put_varint(p, highest);
+    }
+    return frame;
+}
+
 static PyMethodDef methods[] = {
     {"parse_send", (PyCFunction)(void (*)(void))parse_send, METH_FASTCALL, parse_send_doc},
+    {"encode_send_receipt", (PyCFunction)(void (*)(void))encode_send_receipt, METH_FASTCALL,
+     encode_send_receipt_doc},
     {NULL, NULL, 0, NULL},
 };
 

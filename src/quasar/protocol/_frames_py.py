@@ -19,7 +19,11 @@ from collections.abc import Callable
 
 from crc32c import crc32c
 
-__all__ = ["SendFields", "parse_send"]
+from ._build import fill_id
+from .frame import encode_command
+from .proto.PulsarApi_pb2 import BaseCommand
+
+__all__ = ["SendFields", "encode_send_receipt", "parse_send"]
 
 SendFields = tuple[int, int, int, bool, int, bool | None]
 """``(producer_id, sequence_id, highest_sequence_id (0 when absent), is_chunk, messages_in_entry,
@@ -256,3 +260,25 @@ def parse_send(
         return None
     checksum_ok = None if stored_crc is None else crc32c(buf[checksum_start:frame_end]) == stored_crc
     return producer_id, sequence_id, highest, is_chunk, messages, checksum_ok
+
+
+def encode_send_receipt(
+    producer_id: int, sequence_id: int, ledger_id: int, entry_id: int, highest_sequence_id: int | None
+) -> bytes:
+    """The whole SEND_RECEIPT frame (``[totalSize][commandSize][BaseCommand]``) with
+    ``message_id{ledgerId, entryId}``; ``highest_sequence_id`` None leaves the field out (Pulsar
+    ``Commands.newSendReceipt``).
+
+    Raises:
+        ValueError: a value outside its range (producer, sequence and highest ids uint64; ledger and entry ids
+            int64, negative ones sent as their uint64 wire value).
+        TypeError: an argument is not an int.
+    """
+    cmd = BaseCommand(type=BaseCommand.SEND_RECEIPT)
+    body = cmd.send_receipt
+    body.producer_id = producer_id
+    body.sequence_id = sequence_id
+    fill_id(body.message_id, ledger_id, entry_id)
+    if highest_sequence_id is not None:
+        body.highest_sequence_id = highest_sequence_id
+    return encode_command(cmd)

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from quasar.native import load_twin
+
 from ._build import builder, fill_id, u64, wire_error
 from .enums import AckType, CommandType, ServerError, SubType
 from .frame import encode_command, encode_payload_command
@@ -48,6 +50,8 @@ from .requests import (
     new_subscribe,
     new_unsubscribe,
 )
+
+_frames = load_twin("quasar.protocol._frames")
 
 __all__ = [
     "AckType",
@@ -267,15 +271,12 @@ def new_send_receipt(
     highest_sequence_id: int | None = None,
 ) -> bytes:
     """SEND_RECEIPT with ``message_id{ledgerId, entryId}`` (the client fills in partition and batch index).
-    Receipts must go out in send order per producer."""
-    cmd = BaseCommand(type=BaseCommand.SEND_RECEIPT)
-    body = cmd.send_receipt
-    body.producer_id = producer_id
-    body.sequence_id = sequence_id
-    fill_id(body.message_id, ledger_id, entry_id)
-    if highest_sequence_id is not None:
-        body.highest_sequence_id = highest_sequence_id
-    return encode_command(cmd)
+    Receipts must go out in send order per producer. One per entry on the publish path: encoded by the
+    compiled ``_frames_c.encode_send_receipt`` (twin: ``_frames_py``, the protobuf encoding, same bytes)."""
+    frame: bytes = _frames.encode_send_receipt(
+        producer_id, sequence_id, ledger_id, entry_id, highest_sequence_id
+    )
+    return frame
 
 
 @builder
