@@ -181,3 +181,63 @@ async def test_waiters_are_released_when_another_flusher_synced_first(root: Path
     assert store.flushed_commit_log_offset == result.end_offset
     assert await store.wait_flushed(result.end_offset) is PutStatus.PUT_OK
     await store.close()
+
+
+async def test_on_flushed_callbacks_run_after_the_fsync_in_offset_order_never_inline(
+    root: Path, syncs: SyncCounter
+):
+    store = open_store(root)
+    await store.start()
+    syncs.gate.clear()  # hold the group commit's fdatasync
+    told: list[tuple[int, PutStatus]] = []
+    results = [store.put(TOPIC, i % 3, body_for(i)) for i in range(50)]
+    for result in results:
+        store.on_flushed(result.end_offset, lambda status, end=result.end_offset: told.append((end, status)))
+    await asyncio.sleep(0.05)
+    assert told == []  # nothing before the fsync
+    syncs.gate.set()
+    for _ in range(500):
+        if len(told) == 50:
+            break
+        await asyncio.sleep(0.01)
+    assert told == [(r.end_offset, PutStatus.PUT_OK) for r in results]
+    late: list[PutStatus] = []
+    store.on_flushed(results[0].end_offset, late.append)  # already durable: answered, but not inline
+    assert late == []
+    await asyncio.sleep(0)
+    assert late == [PutStatus.PUT_OK]
+    await store.close()
+
+
+async def test_on_flushed_in_async_mode_answers_on_the_next_iteration(root: Path):
+    store = open_store(root, flush_disk_type=FlushDiskType.ASYNC_FLUSH)
+    await store.start()
+    told: list[PutStatus] = []
+    store.on_flushed(store.put(TOPIC, 0, b"x").end_offset, told.append)
+    assert told == []
+    await asyncio.sleep(0)
+    assert told == [PutStatus.PUT_OK]
+    await store.close()
+    with pytest.raises(StoreClosedError):
+        store.on_flushed(1, told.append)
+
+
+async def test_a_failing_flush_callback_does_not_strand_the_others(root: Path, caplog):
+    store = open_store(root)
+    await store.start()
+    told: list[PutStatus] = []
+
+    def broken(status: PutStatus) -> None:
+        raise RuntimeError("a waiter's bug")
+
+    first = store.put(TOPIC, 0, b"x")
+    second = store.put(TOPIC, 0, b"y")
+    store.on_flushed(first.end_offset, broken)
+    store.on_flushed(second.end_offset, told.append)
+    for _ in range(500):
+        if told:
+            break
+        await asyncio.sleep(0.01)
+    assert told == [PutStatus.PUT_OK]
+    assert "a flush callback failed" in caplog.text
+    await store.close()

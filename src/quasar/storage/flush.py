@@ -2,8 +2,9 @@
 ``GroupCommitService`` / ``FlushRealTimeService`` and ``DefaultMessageStore.FlushConsumeQueueService``; A7).
 
 - ``SYNC_FLUSH`` (Quasar's default): :class:`GroupCommitService`. The event loop appends records and submits a
-  request "flushed up to offset X" per put; a thread fdatasyncs the commit log once for everything written so
-  far, then posts the flushed offset back with ONE ``loop.call_soon_threadsafe`` per flush round, and the loop
+  request "flushed up to offset X" per put (a callback on the publish path, ``submit_callback``: no future
+  per entry; or a future, ``submit``); a thread fdatasyncs the commit log once for everything written so far,
+  then posts the flushed offset back with ONE ``loop.call_soon_threadsafe`` per flush round, and the loop
   releases every waiter the offset covers. Many appends, one fsync. A waiter whose deadline
   (``sync_flush_timeout_ms``) passes gets ``FLUSH_DISK_TIMEOUT``. All waiters are resolved on the loop thread
   in submission order, so they complete in commit log offset order.
@@ -26,6 +27,7 @@ import asyncio
 import collections
 import contextlib
 import enum
+import functools
 import logging
 import threading
 import time
@@ -35,6 +37,23 @@ from quasar.storage.errors import is_out_of_file_descriptors
 from quasar.storage.status import PutStatus
 
 log = logging.getLogger(__name__)
+
+FlushCallback = Callable[[PutStatus], None]
+"""``callback(status)``: what a SYNC_FLUSH waiter is told, on the loop thread (PUT_OK, FLUSH_DISK_TIMEOUT,
+UNKNOWN_ERROR after a failed flush, SERVICE_NOT_AVAILABLE at close)."""
+
+
+def _resolve(future: asyncio.Future[PutStatus], status: PutStatus) -> None:
+    if not future.done():
+        future.set_result(status)
+
+
+def _call(callback: FlushCallback, status: PutStatus) -> None:
+    """Run one waiter's callback; a failing one is logged and the others still run."""
+    try:
+        callback(status)
+    except Exception:  # a waiter's bug must not strand the waiters queued behind it (logged)
+        log.exception("group commit: a flush callback failed")
 
 GROUP_COMMIT_WAIT_S = 0.010
 """The group commit thread wakes at least every 10 ms (RocketMQ ``GroupCommitService.run``)."""
@@ -145,7 +164,7 @@ class GroupCommitService(ServiceThread):
         self._flush = flush
         self._timeout_s = sync_flush_timeout_ms / 1000
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._requests: collections.deque[tuple[int, float, asyncio.Future[PutStatus]]] = collections.deque()
+        self._requests: collections.deque[tuple[int, float, FlushCallback]] = collections.deque()
         self._timer: asyncio.TimerHandle | None = None
         self._flushed_offset = 0
         """Highest flushed offset the loop has been told about (loop thread only)."""
@@ -168,30 +187,47 @@ class GroupCommitService(ServiceThread):
         with FLUSH_DISK_TIMEOUT after ``sync_flush_timeout_ms``, or UNKNOWN_ERROR after a failed flush. Loop
         thread only.
         """
-        loop = self._loop
-        if loop is None:
-            raise RuntimeError("group commit service not started")
+        loop = self._started_loop()
         future: asyncio.Future[PutStatus] = loop.create_future()
         if self._failed:
             future.set_result(PutStatus.UNKNOWN_ERROR)
         elif next_offset <= self._flushed_offset:
             future.set_result(PutStatus.PUT_OK)
         else:
-            deadline = loop.time() + self._timeout_s
-            self._requests.append((next_offset, deadline, future))
-            if self._timer is None:
-                self._timer = loop.call_at(deadline, self._expire)
-            self.wakeup()
+            self._enqueue(loop, next_offset, functools.partial(_resolve, future))
         return future
+
+    def submit_callback(self, next_offset: int, callback: FlushCallback) -> None:
+        """:meth:`submit` without a future: ``callback(status)`` runs once on the loop thread, never before this
+        returns (an offset already flushed is answered with ``call_soon``). Callbacks run in submission order,
+        so in commit log offset order. Loop thread only."""
+        loop = self._started_loop()
+        if self._failed:
+            loop.call_soon(callback, PutStatus.UNKNOWN_ERROR)
+        elif next_offset <= self._flushed_offset:
+            loop.call_soon(callback, PutStatus.PUT_OK)
+        else:
+            self._enqueue(loop, next_offset, callback)
+
+    def _started_loop(self) -> asyncio.AbstractEventLoop:
+        loop = self._loop
+        if loop is None:
+            raise RuntimeError("group commit service not started")
+        return loop
+
+    def _enqueue(self, loop: asyncio.AbstractEventLoop, next_offset: int, callback: FlushCallback) -> None:
+        deadline = loop.time() + self._timeout_s
+        self._requests.append((next_offset, deadline, callback))
+        if self._timer is None:
+            self._timer = loop.call_at(deadline, self._expire)
+        self.wakeup()
 
     def _on_flushed(self, flushed_offset: int) -> None:
         if flushed_offset > self._flushed_offset:
             self._flushed_offset = flushed_offset
         requests = self._requests
         while requests and requests[0][0] <= flushed_offset:
-            future = requests.popleft()[2]
-            if not future.done():
-                future.set_result(PutStatus.PUT_OK)
+            _call(requests.popleft()[2], PutStatus.PUT_OK)
 
     def _expire(self) -> None:
         loop = self._loop
@@ -199,9 +235,7 @@ class GroupCommitService(ServiceThread):
         now = loop.time()
         requests = self._requests
         while requests and requests[0][1] <= now:
-            future = requests.popleft()[2]
-            if not future.done():
-                future.set_result(PutStatus.FLUSH_DISK_TIMEOUT)
+            _call(requests.popleft()[2], PutStatus.FLUSH_DISK_TIMEOUT)
         self._timer = loop.call_at(requests[0][1], self._expire) if requests else None
 
     def _on_failed(self) -> None:
@@ -210,9 +244,7 @@ class GroupCommitService(ServiceThread):
 
     def _fail_all(self, status: PutStatus) -> None:
         while self._requests:
-            future = self._requests.popleft()[2]
-            if not future.done():
-                future.set_result(status)
+            _call(self._requests.popleft()[2], status)
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

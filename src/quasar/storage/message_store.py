@@ -67,7 +67,7 @@ from quasar.storage.commit_log import CommitLog
 from quasar.storage.config import StoreConfig
 from quasar.storage.dispatch import ConsumeQueueDispatcher, ConsumeQueueStore, Dispatcher
 from quasar.storage.errors import StoreClosedError, StoreLockedError
-from quasar.storage.flush import FlushDiskType
+from quasar.storage.flush import FlushCallback, FlushDiskType
 from quasar.storage.index_service import IndexService, KeyExtractor
 from quasar.storage.mapped_file import fsync_dir, offset_to_file_name
 from quasar.storage.read_path import DEFAULT_MAX_GET_BYTES, StoreReader
@@ -185,6 +185,7 @@ class MessageStore:
         self.put_batch = self._writer.put_batch  # type: ignore[method-assign]  # same signature, bound once
         self.get = self._reader.get  # type: ignore[method-assign]  # same signature, bound once
         self.wait_flushed = self._flusher.wait_flushed  # type: ignore[method-assign]  # same signature
+        self.on_flushed = self._flusher.on_flushed  # type: ignore[method-assign]  # same signature
 
     def __repr__(self) -> str:
         return f"MessageStore({self.config.root_dir}, {self._state.phase}, max_offset={self.commit_log.max_offset})"
@@ -391,6 +392,11 @@ class MessageStore:
         """:meth:`StoreFlusher.wait_flushed <quasar.storage.store_flushing.StoreFlusher.wait_flushed>`: PUT_OK
         once the commit log is durable up to ``commit_log_offset_end`` (bytes)."""
         return self._flusher.wait_flushed(commit_log_offset_end)
+
+    def on_flushed(self, commit_log_offset_end: int, callback: FlushCallback) -> None:
+        """:meth:`StoreFlusher.on_flushed <quasar.storage.store_flushing.StoreFlusher.on_flushed>`:
+        ``callback(status)`` once the commit log is durable up to ``commit_log_offset_end`` (no future)."""
+        self._flusher.on_flushed(commit_log_offset_end, callback)
 
     async def put_and_wait(
         self,

@@ -10,7 +10,7 @@ it (the disk wait is the awaitable of :meth:`wait_flushed`).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Protocol
 
 from quasar.storage.results import GetResult, PutResult, StoredMessage
@@ -38,6 +38,11 @@ class MessageStorePort(Protocol):
 
     def wait_flushed(self, commit_log_offset_end: int) -> Awaitable[PutStatus]:
         """Resolves to PUT_OK once the commit log is durable up to ``commit_log_offset_end`` (bytes)."""
+        ...
+
+    def on_flushed(self, commit_log_offset_end: int, callback: Callable[[PutStatus], None]) -> None:
+        """``callback(status)`` once, on the loop thread and never before this returns, when the commit log
+        is durable up to ``commit_log_offset_end`` (or a flush timeout/failure status); in offset order."""
         ...
 
     def get(

@@ -17,7 +17,7 @@ from collections.abc import Awaitable
 
 from quasar.storage.checkpoint import StoreCheckpoint
 from quasar.storage.errors import StoreClosedError, StoreNotWritableError
-from quasar.storage.flush import FlushDiskType, GroupCommitService, PeriodicFlushService
+from quasar.storage.flush import FlushCallback, FlushDiskType, GroupCommitService, PeriodicFlushService
 from quasar.storage.reput import ReputMessageService
 from quasar.storage.status import PutStatus
 from quasar.storage.store_parts import StoreParts
@@ -136,6 +136,22 @@ class StoreFlusher:
         future: asyncio.Future[PutStatus] = loop.create_future()
         future.set_result(PutStatus.PUT_OK)
         return future
+
+    def on_flushed(self, commit_log_offset_end: int, callback: FlushCallback) -> None:
+        """:meth:`wait_flushed` as a callback (the publish path: no future per entry): ``callback(status)`` runs
+        once on the loop thread, never before this returns, in commit log offset order with the other waiters
+        (SYNC_FLUSH: after the group commit's fdatasync, FLUSH_DISK_TIMEOUT or UNKNOWN_ERROR as for
+        :meth:`wait_flushed`; ASYNC_FLUSH: PUT_OK on the next loop iteration). Loop thread only, after
+        ``start()``; raises :class:`StoreClosedError` otherwise."""
+        if not self._state.is_open:
+            raise StoreClosedError(f"the message store is {self._state.phase}")
+        loop = self._loop
+        if loop is None:
+            raise StoreClosedError("the message store is not started (await start() first)")
+        if self.group_commit is not None:
+            self.group_commit.submit_callback(commit_log_offset_end, callback)
+        else:
+            loop.call_soon(callback, PutStatus.PUT_OK)
 
     def flush_commit_log(self, least_pages: int = 0) -> int:
         """fdatasync the commit log; returns the flushed offset. Flush threads / close only."""

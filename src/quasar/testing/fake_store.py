@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -209,6 +209,11 @@ class FakeMessageStore:
         else:
             asyncio.get_running_loop().call_soon(self._complete, future, commit_log_offset_end)
         return future
+
+    def on_flushed(self, commit_log_offset_end: int, callback: Callable[[PutStatus], None]) -> None:
+        """:meth:`wait_flushed` as a callback: ``callback(status)`` when its future resolves (paused, delayed
+        and injected failures apply alike)."""
+        self.wait_flushed(commit_log_offset_end).add_done_callback(lambda future: callback(future.result()))
 
     def _complete(self, future: asyncio.Future[PutStatus], end: int) -> None:
         if future.done():
