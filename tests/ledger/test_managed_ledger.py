@@ -372,3 +372,37 @@ async def test_deleting_a_cursor_is_not_undone_by_a_write_in_flight(env):
     assert writing.done()
     await cursor.flush()  # a late flush (e.g. the background flusher's round) writes nothing
     assert await stored_json(env.metadata, CursorStore(env.metadata, TOPIC).path("sub")) is None
+
+
+async def test_add_entry_callback_answers_in_order_after_the_flush_never_inline(any_env):
+    ledger = await any_env.factory.open(TOPIC)
+    answers: list[tuple[Position | None, ManagedLedgerError | None]] = []
+    for i in range(20):
+        ledger.add_entry_callback(b"e%d" % i, lambda position, error: answers.append((position, error)))
+    assert answers == []  # nothing before the flush, nothing inline
+    await ledger.wait_idle()
+    assert [error for _, error in answers] == [None] * 20
+    positions = [position for position, _ in answers]
+    assert positions == sorted(positions) and len(set(positions)) == 20
+    assert ledger.last_confirmed_entry == positions[-1]
+    await ledger.close()
+    ledger.add_entry_callback(b"late", lambda position, error: answers.append((position, error)))
+    assert len(answers) == 20  # the refusal comes on a later loop iteration too
+    await asyncio.sleep(0)
+    assert answers[-1][0] is None and isinstance(answers[-1][1], ManagedLedgerAlreadyClosedError)
+
+
+async def test_close_waits_for_callback_adds_in_flight():
+    store, metadata = FakeMessageStore(), FakeMetadataStore()
+    allocator = LedgerIdAllocator(metadata)
+    ledger = await ManagedLedger.open(TOPIC, store, metadata, ManagedLedgerConfig(), allocator)
+    store.pause_flush()
+    answers: list[ManagedLedgerError | None] = []
+    ledger.add_entry_callback(b"x", lambda _position, error: answers.append(error))
+    closing = asyncio.ensure_future(ledger.close())
+    await asyncio.sleep(0.01)
+    assert not closing.done() and answers == []
+    store.resume_flush()
+    await closing
+    assert answers == [None]
+    await allocator.close()

@@ -4,10 +4,11 @@ Mapping (DESIGN.md): a managed ledger is the store queue ``(name, 0)``; a ledger
 that queue's offsets (see ``ledger_table``). Ledger ids come from the factory's ``LedgerIdAllocator``; entry
 ids restart at 0 in each ledger.
 
-Write path (``add_entry``): roll over if the current ledger is full -> ``store.put`` (synchronous, so
-concurrent calls keep their call order and get increasing positions) -> await ``store.wait_flushed`` (the
-SYNC group commit's fsync) and, for the first entries of a new ledger, the durable write of the new ledger
-row -> receipt. ``last_confirmed_entry`` only moves over entries whose flush completed *and* whose ledger row
+Write path (``add_entry``; ``add_entry_callback`` on the publish path): ``writer.LedgerWriter`` rolls over if
+the current ledger is full, puts the entry into the store (synchronous, so concurrent calls keep their call
+order and get increasing positions) and is called back by ``store.on_flushed`` after the SYNC group commit's
+fsync (no future per entry); for the first entries of a new ledger it also waits for the durable write of the
+new ledger row. ``last_confirmed_entry`` only moves over entries whose flush completed *and* whose ledger row
 is durable, so readers never see an entry a crash could take away or renumber.
 
 Rollover (Pulsar ``currentLedgerIsFull``, semantics.md B1 and gotcha #10): the ledger is full when it holds
@@ -23,24 +24,22 @@ durable cursors through the async metadata port and reconciles the table with th
 rows past the store's end are dropped, the last ledger is sized from the store; everything the store recovered
 counts as confirmed).
 
-Composed of ``LedgerReader`` (``reads``), ``LedgerTrimmer`` (``trimming``: retention), ``LedgerCursors``
-(``cursors``: the cursor registry) and ``LedgerTableStore``. Cursors use only the public read/visibility API
-(``table``, ``confirmed_end_offset``, ``first_available_offset``, ``read_from_offset``, ``persist_cursor``,
-``forget_cursor``: the ``CursorLedger`` protocol). Metadata paths: ``paths``.
+Composed of ``LedgerWriter`` (``writer``), ``LedgerReader`` (``reads``), ``LedgerTrimmer`` (``trimming``:
+retention), ``LedgerCursors`` (``cursors``: the cursor registry) and ``LedgerTableStore``. Cursors use only the
+public read/visibility API (``table``, ``confirmed_end_offset``, ``first_available_offset``,
+``read_from_offset``, ``persist_cursor``, ``forget_cursor``: the ``CursorLedger`` protocol). Metadata paths:
+``paths``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
-import functools
 import logging
 import time
-from collections import deque
 from collections.abc import Callable, Mapping
-from typing import Any, Literal
+from typing import Literal
 
-from quasar.errors import QuasarError
 from quasar.ledger.config import ManagedLedgerConfig
 from quasar.ledger.cursor_store import CursorSnapshot, CursorStore
 from quasar.ledger.cursors import InitialPosition, LedgerCursors
@@ -49,9 +48,7 @@ from quasar.ledger.errors import (
     ManagedLedgerAlreadyClosedError,
     ManagedLedgerError,
     ManagedLedgerFencedError,
-    ManagedLedgerStorageError,
     MetadataError,
-    put_status_error,
 )
 from quasar.ledger.ledger_id_allocator import LedgerIdAllocator
 from quasar.ledger.ledger_table import LedgerInfo, LedgerTableView
@@ -62,11 +59,11 @@ from quasar.ledger.paths import QUEUE_ID
 from quasar.ledger.position import Position
 from quasar.ledger.reads import LedgerReader
 from quasar.ledger.trimming import LedgerTrimmer
+from quasar.ledger.writer import AddEntryCallback, LedgerWriter
 from quasar.metadata.port import MetadataStore
 from quasar.storage.port import MessageStorePort
-from quasar.storage.status import PutStatus
 
-__all__ = ["QUEUE_ID", "InitialPosition", "ManagedLedger"]
+__all__ = ["QUEUE_ID", "AddEntryCallback", "InitialPosition", "ManagedLedger"]
 
 log = logging.getLogger(__name__)
 
@@ -108,15 +105,18 @@ class ManagedLedger:
         self._state = _State.OPEN
         self._table_store = table_store
         self._listeners = EntriesListeners(name)
-        self._inflight: set[asyncio.Future[Any]] = set()
-        # rows not yet durable: (first queue offset, persist future)
-        self._unpersisted: deque[tuple[int, asyncio.Future[None]]] = deque()
-        self._roll_pending = recovered.roll_pending  # a reopened ledger with entries: next add rolls over
-        self._roll_delayed = False  # a rollover found no reserved ledger id (logged once)
-        self._current_size = recovered.current_size  # bytes of entry data in the current (last) ledger
         self._table = recovered.table
-        self._confirmed_end = self._table.next_offset
-        self._flushed_end = self._table.next_offset  # one past the highest offset whose flush completed
+        self._writer = LedgerWriter(
+            name,
+            store,
+            config,
+            ledger_id_allocator,
+            table_store=table_store,
+            listeners=self._listeners,
+            recovered=recovered,
+            clock_ms=clock_ms,
+            guard=self,
+        )
         self._reader = LedgerReader(name, store, self._table, self)
         self._trimmer = LedgerTrimmer(name, store, self._table, table_store, clock_ms, config)
         self._cursors = LedgerCursors(self, cursor_store, config, cursor_snapshots)
@@ -190,7 +190,7 @@ class ManagedLedger:
     def last_confirmed_entry(self) -> Position:
         """The last entry whose flush completed and whose ledger row is durable: readers never see past it.
         ``Position(first ledger id, -1)`` when the managed ledger has no entry."""
-        return self._table.position_of(self._confirmed_end - 1)
+        return self._table.position_of(self._writer.confirmed_end - 1)
 
     @property
     def first_position(self) -> Position:
@@ -200,13 +200,13 @@ class ManagedLedger:
     @property
     def number_of_entries(self) -> int:
         """Readable (confirmed, not removed by store retention) entries."""
-        return max(self._confirmed_end - self._reader.first_available_offset(), 0)
+        return max(self._writer.confirmed_end - self._reader.first_available_offset(), 0)
 
     @property
     def total_size(self) -> int:
         """Bytes of entry data in all ledgers (closed ledgers as recorded, plus the current one)."""
         closed = sum(r.size_bytes or 0 for r in self._table.rows[:-1])
-        return closed + self._current_size
+        return closed + self._writer.current_size
 
     @property
     def cursors(self) -> Mapping[str, ManagedCursor]:
@@ -223,7 +223,7 @@ class ManagedLedger:
     @property
     def confirmed_end_offset(self) -> int:
         """One past the queue offset of the last confirmed entry: reads stop before it."""
-        return self._confirmed_end
+        return self._writer.confirmed_end
 
     @property
     def first_available_offset(self) -> int:
@@ -267,13 +267,13 @@ class ManagedLedger:
     def next_valid_position(self, position: Position) -> Position:
         """Position of the first entry after ``position``; at most the position after the last confirmed
         entry (Pulsar ``getNextValidPosition``)."""
-        return self._table.position_of(min(self._table.offset_after(position), self._confirmed_end))
+        return self._table.position_of(min(self._table.offset_after(position), self._writer.confirmed_end))
 
     def position_after(self, position: Position, count: int) -> Position:
         """Position of the ``count``-th entry after ``position`` (``count`` >= 1), at most the last confirmed
         entry (used to skip a number of entries, e.g. backlog eviction)."""
         offset = self._table.offset_after(position) + max(count, 1) - 1
-        return self._table.position_of(min(offset, self._confirmed_end - 1))
+        return self._table.position_of(min(offset, self._writer.confirmed_end - 1))
 
     def previous_position(self, position: Position) -> Position:
         """The last entry before ``position`` (``(first ledger, -1)`` if none; Pulsar ``getPreviousPosition``)."""
@@ -282,7 +282,7 @@ class ManagedLedger:
     def is_valid_position(self, position: Position) -> bool:
         """Whether ``position`` names a confirmed entry."""
         offset = self._table.offset_of(position)
-        return offset is not None and offset < self._confirmed_end
+        return offset is not None and offset < self._writer.confirmed_end
 
     # ------------------------------------------------------------------ writes
     async def add_entry(
@@ -302,160 +302,23 @@ class ManagedLedger:
     def add_entry_future(
         self, data: bytes | memoryview, *, properties: Mapping[str, str] | None = None, tag_hash: int = 0
     ) -> asyncio.Future[Position]:
-        """:meth:`add_entry` as a plain future, driven by callbacks: no Task per entry on the publish path.
+        """:meth:`add_entry` as a plain future (no Task): ``LedgerWriter.add_entry_future``."""
+        return self._writer.add_entry_future(data, properties=properties, tag_hash=tag_hash)
 
-        The put happens now (on the loop thread); the future resolves with the Position, or with one of the
-        errors listed on :meth:`add_entry`, once the flush covering the entry (and the ledger's table row)
-        is durable. Futures of successive calls resolve in call order.
-        """
-        result: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
-        try:
-            position, flushed, row_future = self._append(data, properties, tag_hash)
-        except ManagedLedgerError as exc:
-            result.set_exception(exc)
-            return result
-
-        def finish(row: asyncio.Future[Any] | None) -> None:
-            if result.done():
-                return
-            if row is not None and (row.cancelled() or row.exception() is not None):
-                result.set_exception(
-                    ManagedLedgerFencedError(
-                        f"{self._name}: the ledger of {position} could not be made durable"
-                    )
-                )
-            else:
-                result.set_result(position)
-
-        def on_flushed(future: asyncio.Future[Any]) -> None:
-            if result.done():
-                return
-            if future.cancelled():
-                result.set_exception(ManagedLedgerStorageError(f"store flush of {self._name} was cancelled"))
-                return
-            exc = future.exception()
-            if exc is not None:
-                error = (
-                    ManagedLedgerStorageError(f"store failed to flush {self._name}: {exc}")
-                    if isinstance(exc, QuasarError)
-                    else exc
-                )
-                result.set_exception(error)
-                return
-            status = future.result()
-            if status is not PutStatus.PUT_OK:
-                result.set_exception(put_status_error(status, self._name))
-            elif row_future is not None and not row_future.done():
-                row_future.add_done_callback(finish)
-            else:
-                finish(row_future)
-
-        flushed.add_done_callback(on_flushed)
-        return result
-
-    def _append(
-        self, data: bytes | memoryview, properties: Mapping[str, str] | None, tag_hash: int
-    ) -> tuple[Position, asyncio.Future[Any], asyncio.Future[Any] | None]:
-        """The synchronous half of an append: put into the store and register the flush wait.
-
-        Returns (position, flush future, the pending ledger-table-row future or None); raises
-        ManagedLedgerError subclasses when nothing was appended."""
-        self._check_writable()
-        if self._should_roll():
-            self._roll()
-        try:
-            result = self._store.put(self._name, QUEUE_ID, data, properties=properties, tag_hash=tag_hash)
-        except QuasarError as exc:
-            raise ManagedLedgerStorageError(f"store failed to append to {self._name}: {exc}") from exc
-        if result.status is not PutStatus.PUT_OK:
-            raise put_status_error(result.status, self._name)
-        table = self._table
-        offset = result.queue_offset
-        if offset < table.next_offset:
-            self._fence(f"store returned queue offset {offset}, expected {table.next_offset}")
-            raise ManagedLedgerFencedError(f"{self._name}: store queue offsets went backwards")
-        table.next_offset = offset + 1
-        self._current_size += len(data)
-        last = table.last
-        position = Position(last.ledger_id, offset - last.first_queue_offset)
-        try:
-            flushed = asyncio.ensure_future(
-                self._store.wait_flushed(result.commit_log_offset + result.wrote_bytes)
-            )
-        except QuasarError as exc:
-            raise ManagedLedgerStorageError(f"store failed to flush {self._name}: {exc}") from exc
-        self._inflight.add(flushed)
-        flushed.add_done_callback(functools.partial(self._on_flushed, offset))
-        row_future = self._unpersisted[-1][1] if self._unpersisted else None
-        return position, flushed, row_future
-
-    def _should_roll(self) -> bool:
-        table = self._table
-        entries = table.next_offset - table.last.first_queue_offset
-        if entries == 0:
-            return False
-        if self._roll_pending:
-            return True
-        config = self._config
-        age_ms = self._clock_ms() - table.last.created_ms
-        full = (
-            entries >= config.max_entries_per_ledger
-            or self._current_size >= config.max_size_per_ledger_bytes
-            or age_ms >= config.max_ledger_rollover_time_ms
-        )
-        if not full:
-            return False
-        return config.min_ledger_rollover_time_ms == 0 or age_ms > config.min_ledger_rollover_time_ms
-
-    def _roll(self) -> None:
-        """Close the current ledger and start a new one at the next queue offset; its row is written in the
-        background and awaited by the adds that land in it. Without a reserved ledger id (the allocator's
-        refill has not landed yet) the current ledger stays open and a later add rolls over."""
-        table = self._table
-        ledger_id = self._allocator.allocate()
-        if ledger_id is None:
-            if not self._roll_delayed:
-                self._roll_delayed = True
-                log.warning("%s: no ledger id reserved yet; the rollover waits for a later add", self._name)
-            return
-        self._roll_delayed = False
-        closing = table.last
-        closing.entries = table.next_offset - closing.first_queue_offset
-        closing.size_bytes = self._current_size
-        table.append(LedgerInfo(ledger_id, table.next_offset, self._clock_ms()))
-        self._current_size = 0
-        self._roll_pending = False
-        persisted = asyncio.ensure_future(self._persist_table(table.next_offset))
-        self._track(persisted)
-        self._unpersisted.append((table.next_offset, persisted))
-        log.info("%s: rolled over to ledger %d at queue offset %d", self._name, ledger_id, table.next_offset)
-
-    async def _persist_table(self, first_offset: int) -> None:
-        # the table store's (FIFO) lock runs the writes in call order; each covers every row created so far
-        try:
-            await self._table_store.write(self._table)
-        except (MetadataError, ManagedLedgerFencedError) as exc:
-            self._fence(str(exc))
-            raise
-        while self._unpersisted and self._unpersisted[0][0] <= first_offset:
-            self._unpersisted.popleft()
-        self._update_confirmed()
-
-    def _on_flushed(self, offset: int, future: asyncio.Future[Any]) -> None:
-        self._inflight.discard(future)
-        if future.cancelled() or future.exception() is not None or future.result() is not PutStatus.PUT_OK:
-            return
-        if offset + 1 > self._flushed_end:
-            self._flushed_end = offset + 1
-            self._update_confirmed()
-
-    def _update_confirmed(self) -> None:
-        limit = self._flushed_end
-        if self._unpersisted:
-            limit = min(limit, self._unpersisted[0][0])
-        if limit > self._confirmed_end:
-            self._confirmed_end = limit
-            self._listeners.notify()
+    def add_entry_callback(
+        self,
+        data: bytes | memoryview,
+        callback: AddEntryCallback,
+        *,
+        properties: Mapping[str, str] | None = None,
+        tag_hash: int = 0,
+    ) -> None:
+        """:meth:`add_entry` for the publish path, with no future or task per entry (Pulsar's
+        ``asyncAddEntry(data, AddEntryCallback, ctx)``; ``LedgerWriter.add_entry_callback``):
+        ``callback(position, None)`` once the entry and its ledger row are durable, ``callback(None, error)``
+        with one of the errors listed on :meth:`add_entry` otherwise; exactly once, on the loop thread, never
+        before this returns, in call order."""
+        self._writer.add_entry_callback(data, callback, properties=properties, tag_hash=tag_hash)
 
     def add_entries_listener(self, callback: Callable[[], None]) -> None:
         """Call ``callback()`` on the event loop when ``last_confirmed_entry`` advances (coalesced: at most
@@ -466,21 +329,15 @@ class ManagedLedger:
         """Stop calling ``callback`` (no error if it was not registered)."""
         self._listeners.remove(callback)
 
-    def _track(self, future: asyncio.Future[Any]) -> None:
-        self._inflight.add(future)
-        future.add_done_callback(self._untrack)
-
-    def _untrack(self, future: asyncio.Future[Any]) -> None:
-        self._inflight.discard(future)
-        if not future.cancelled():
-            future.exception()  # retrieved here: the adds that care re-raise it themselves
-
-    def _fence(self, reason: str) -> None:
+    def fence(self, reason: str) -> None:
+        """Refuse further writes (the ledger table moved under this owner, or the store went backwards): a
+        fenced ledger must be closed and reopened (Pulsar ``ManagedLedgerFencedException``)."""
         if self._state is _State.OPEN:
             log.error("%s: fenced: %s", self._name, reason)
             self._state = _State.FENCED
 
-    def _check_writable(self) -> None:
+    def check_writable(self) -> None:
+        """Raise ``ManagedLedgerAlreadyClosedError`` or ``ManagedLedgerFencedError`` unless writes are allowed."""
         self._check_not_closed()
         if self._state is _State.FENCED:
             raise ManagedLedgerFencedError(f"managed ledger {self._name} is fenced; close and reopen it")
@@ -539,7 +396,7 @@ class ManagedLedger:
     def trim_bound(self) -> int:
         """Queue offset of the first entry some durable cursor still needs (the slowest mark-delete + 1), or
         the confirmed end when there is no durable cursor (Pulsar ``getSlowestReaderPosition``)."""
-        return self._cursors.slowest_read_bound(self._confirmed_end)
+        return self._cursors.slowest_read_bound(self._writer.confirmed_end)
 
     async def trim_ledgers(self, bound: int | None = None) -> list[int]:
         """Delete the oldest ledgers wholly below queue offset ``bound`` that retention no longer keeps
@@ -555,7 +412,7 @@ class ManagedLedger:
         try:
             return await self._trimmer.trim(bound, self.total_size)
         except ManagedLedgerFencedError as exc:
-            self._fence(str(exc))
+            self.fence(str(exc))
             raise
 
     # ------------------------------------------------------------------ close
@@ -568,13 +425,12 @@ class ManagedLedger:
             return
         was_open = self._state is _State.OPEN
         self._state = _State.CLOSED
-        if self._inflight:
-            await asyncio.gather(*list(self._inflight), return_exceptions=True)
+        await self._writer.wait_idle()
         errors: list[ManagedLedgerError] = list(await self._cursors.close_all())
         if was_open:
             last = self._table.last
             last.entries = self._table.next_offset - last.first_queue_offset
-            last.size_bytes = self._current_size
+            last.size_bytes = self._writer.current_size
             try:
                 await self._table_store.write(self._table)
             except (MetadataError, ManagedLedgerFencedError) as exc:
@@ -585,8 +441,7 @@ class ManagedLedger:
 
     async def wait_idle(self) -> None:
         """Wait until every add and ledger-row write in flight has finished (tests, orderly shutdown)."""
-        while self._inflight:
-            await asyncio.gather(*list(self._inflight), return_exceptions=True)
+        await self._writer.wait_idle()
 
     def __repr__(self) -> str:
         return (
