@@ -195,4 +195,5 @@ def test_storage_imports_no_other_quasar_layer():
                 names = [node.module]
             for name in names:
                 if name.startswith("quasar"):
-                    assert name in ("quasar.errors", "quasar.native") or name.startswith("quasar.storage"), (path.name, name)
+                    allowed = name in ("quasar.errors", "quasar.native") or name.startswith("quasar.storage")
+                    assert allowed, (path.name, name)

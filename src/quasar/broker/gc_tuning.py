@@ -46,6 +46,4 @@ def tune_gc(gen0_threshold: int, freeze: bool) -> None:
         gc.freeze()
     if gen0_threshold > 0:
         gc.set_threshold(gen0_threshold, GEN1_THRESHOLD, GEN2_THRESHOLD)
-    log.info(
-        "garbage collector: thresholds %s, %d objects frozen", gc.get_threshold(), gc.get_freeze_count()
-    )
+    log.info("garbage collector: thresholds %s, %d objects frozen", gc.get_threshold(), gc.get_freeze_count())

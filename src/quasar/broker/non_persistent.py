@@ -35,7 +35,7 @@ from quasar.protocol.enums import InitialPosition, SubType
 if TYPE_CHECKING:
     from quasar.broker.consumer import Consumer
     from quasar.broker.key_shared import StickyKeySelector
-    from quasar.broker.producer import Producer
+    from quasar.broker.producer import Producer, PublishCallback
 
 log = logging.getLogger(__name__)
 
@@ -204,14 +204,12 @@ class NonPersistentTopic:
     def remove_producer(self, producer: Producer) -> None:
         self.access.remove(producer)
 
-    def publish(self, data: memoryview) -> asyncio.Future[Position]:
-        """Fan ``data`` out to every subscription now (or drop it there); the returned future is already
-        resolved with (0, 0)."""
+    def publish(self, data: memoryview, callback: PublishCallback) -> None:
+        """Fan ``data`` out to every subscription now (or drop it there); ``callback`` gets (0, 0) on the next
+        loop iteration."""
         for subscription in list(self.subscriptions.values()):
             subscription.send(data)
-        done: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
-        done.set_result(NON_PERSISTENT_POSITION)
-        return done
+        asyncio.get_running_loop().call_soon(callback, NON_PERSISTENT_POSITION, None)
 
     async def get_or_create_subscription(
         self,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -23,10 +24,18 @@ from quasar.protocol.enums import ServerError
 if TYPE_CHECKING:
     from quasar.protocol import TopicName
 
-__all__ = ["DROPPED_POSITION", "Producer", "ProducerConnection", "ProducerTopic"]
+__all__ = ["DROPPED_POSITION", "Producer", "ProducerConnection", "ProducerTopic", "PublishCallback"]
 
 DROPPED_POSITION = Position(-1, -1)
 """Receipt id of a non-persistent publish dropped by the connection's in-flight limit."""
+
+PublishCallback = Callable[[Position | None, BaseException | None], None]
+"""``callback(position, None)`` once an entry is stored (or fanned out), ``callback(None, error)`` if not."""
+
+
+def _later(op: _PendingSend, position: Position | None, error: BaseException | None) -> None:
+    """Answer ``op`` on the next loop iteration, as a store's answer would come (receipts keep send order)."""
+    asyncio.get_running_loop().call_soon(op, position, error)
 
 
 class ProducerConnection(Protocol):
@@ -64,20 +73,52 @@ class ProducerTopic(Protocol):
     @property
     def access(self) -> ProducerAccess[Producer]: ...
 
-    def publish(self, data: memoryview) -> asyncio.Future[Position]:
-        """Append (or fan out) one entry; the future resolves with its position."""
+    def publish(self, data: memoryview, callback: PublishCallback) -> None:
+        """Append (or fan out) one entry; ``callback(position, None)`` or ``callback(None, error)`` runs once,
+        on the loop thread, never before this returns, in publish order."""
         ...
 
     def remove_producer(self, producer: Producer) -> None: ...
 
 
-@dataclass(slots=True)
 class _PendingSend:
-    sequence_id: int
-    highest_sequence_id: int
-    future: asyncio.Future[Position]
-    dedup: bool  # stored with deduplication on: record the outcome in the topic's dedup maps
-    non_persistent: bool = False  # counted in the connection's non-persistent in-flight messages
+    """One SEND waiting for its receipt; it is itself the add's completion callback (no future per entry)."""
+
+    __slots__ = (
+        "dedup",
+        "done",
+        "error",
+        "highest_sequence_id",
+        "non_persistent",
+        "position",
+        "producer",
+        "sequence_id",
+    )
+
+    def __init__(
+        self,
+        producer: Producer,
+        sequence_id: int,
+        highest_sequence_id: int,
+        *,
+        dedup: bool,
+        non_persistent: bool = False,
+    ) -> None:
+        self.producer = producer
+        self.sequence_id = sequence_id
+        self.highest_sequence_id = highest_sequence_id
+        self.dedup = dedup  # stored with deduplication on: record the outcome in the topic's dedup maps
+        self.non_persistent = non_persistent  # counted in the connection's non-persistent in-flight messages
+        self.done = False
+        self.position: Position | None = None
+        self.error: BaseException | None = None
+
+    def __call__(self, position: Position | None, error: BaseException | None) -> None:
+        """The add's answer (``PublishCallback``): record it and release the receipts now in order."""
+        self.position = position
+        self.error = error
+        self.done = True
+        self.producer.release_receipts()
 
 
 @dataclass(eq=False, slots=True)
@@ -110,27 +151,28 @@ class Producer:
         if dedup.enabled:
             status = dedup.is_duplicate(self.producer_name, sequence_id, highest_sequence_id)
             if status is not DedupStatus.NOT_DUP:
-                done: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
+                op = _PendingSend(self, sequence_id, highest_sequence_id, dedup=False)
+                self._pending.append(op)
                 if status is DedupStatus.DUP:
-                    done.set_result(DUPLICATE_POSITION)
+                    _later(op, DUPLICATE_POSITION, None)
                 else:
-                    done.set_exception(
+                    _later(
+                        op,
+                        None,
                         PersistenceError(
                             f"cannot tell whether sequence id {sequence_id} of {self.producer_name} is a "
                             "duplicate: an earlier copy is not persisted yet"
-                        )
+                        ),
                     )
-                self._pending.append(_PendingSend(sequence_id, highest_sequence_id, done, dedup=False))
-                done.add_done_callback(self._on_persisted)
                 return
         if not self.topic.is_persistent:
             self._publish_non_persistent(sequence_id, highest_sequence_id, num_messages, data)
             return
         self.msg_in_counter += num_messages
         self.bytes_in_counter += len(data)
-        future = self.topic.publish(data)
-        self._pending.append(_PendingSend(sequence_id, highest_sequence_id, future, dedup=dedup.enabled))
-        future.add_done_callback(self._on_persisted)
+        op = _PendingSend(self, sequence_id, highest_sequence_id, dedup=dedup.enabled)
+        self._pending.append(op)
+        self.topic.publish(data, op)
 
     def _publish_non_persistent(
         self, sequence_id: int, highest_sequence_id: int, num_messages: int, data: memoryview
@@ -139,50 +181,45 @@ class Producer:
         limit, dropped and answered with (-1, -1) (Pulsar ServerCnx ``maxConcurrentNonPersistentMessage``)."""
         cnx = self.cnx
         if cnx.non_persistent_pending >= cnx.max_non_persistent_pending:
-            done: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
-            done.set_result(DROPPED_POSITION)
-            self._pending.append(_PendingSend(sequence_id, highest_sequence_id, done, dedup=False))
-            done.add_done_callback(self._on_persisted)
+            op = _PendingSend(self, sequence_id, highest_sequence_id, dedup=False)
+            self._pending.append(op)
+            _later(op, DROPPED_POSITION, None)
             return
         cnx.non_persistent_pending += 1
         self.msg_in_counter += num_messages
         self.bytes_in_counter += len(data)
         # the fan-out runs now; the receipt still goes through the queue so receipts keep send order
-        future = self.topic.publish(data)
-        self._pending.append(
-            _PendingSend(sequence_id, highest_sequence_id, future, dedup=False, non_persistent=True)
-        )
-        future.add_done_callback(self._on_persisted)
+        op = _PendingSend(self, sequence_id, highest_sequence_id, dedup=False, non_persistent=True)
+        self._pending.append(op)
+        self.topic.publish(data, op)
 
-    def _on_persisted(self, _future: asyncio.Future[Position]) -> None:
-        while self._pending and self._pending[0].future.done():
-            op = self._pending.popleft()
+    def release_receipts(self) -> None:
+        """Answer the SENDs at the head of the queue whose adds are done, in send order (receipt or
+        SEND_ERROR), and record their outcome for deduplication."""
+        pending = self._pending
+        cnx = self.cnx
+        while pending and pending[0].done:
+            op = pending.popleft()
             if op.non_persistent:
-                self.cnx.non_persistent_pending -= 1
-            future = op.future
-            try:
-                exc = future.exception()
-            except asyncio.CancelledError:  # the ledger was closed under the add
-                exc = PersistenceError("the add of the entry was cancelled")
+                cnx.non_persistent_pending -= 1
+            error = op.error
             if op.dedup:
                 dedup = self.topic.dedup
-                if exc is None:
+                if error is None:
+                    assert op.position is not None
                     dedup.record_persisted(
-                        self.producer_name,
-                        max(op.sequence_id, op.highest_sequence_id),
-                        future.result(),
+                        self.producer_name, max(op.sequence_id, op.highest_sequence_id), op.position
                     )
                 else:
                     dedup.record_failed(self.producer_name)
             if self.closed:
                 continue
-            if exc is None:
-                self.cnx.send_receipt(
-                    self.producer_id, op.sequence_id, op.highest_sequence_id, future.result()
-                )
+            if error is None:
+                assert op.position is not None
+                cnx.send_receipt(self.producer_id, op.sequence_id, op.highest_sequence_id, op.position)
                 continue
-            code, text = send_error_of(exc)
-            self.cnx.send_send_error(self.producer_id, op.sequence_id, code, text)
+            code, text = send_error_of(error)
+            cnx.send_send_error(self.producer_id, op.sequence_id, code, text)
 
     def fence(self) -> None:
         """Disconnect this producer from its client (CLOSE_PRODUCER): fenced, or the backlog quota is

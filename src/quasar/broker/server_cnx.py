@@ -17,9 +17,10 @@ SUBSCRIBE and UNSUBSCRIBE that wait on topic loading or metadata).
 
 Output is written once per event-loop turn: every frame a turn produces (receipts of a group commit round,
 the MESSAGE frames of a dispatch round, replies) is queued, and one ``writelines`` hands them all to the
-transport at the end of the turn (or of ``data_received``, for the replies to the commands it read) — one system call where there was one per frame (Pulsar's Netty pipeline
-consolidates flushes the same way). Queued output above the high-water mark is handed over at once, and
-``close`` hands over what is queued before it closes.
+transport at the end of the turn, or at the end of ``data_received`` for the replies to the commands it read:
+one system call where there was one per frame (Pulsar's Netty pipeline consolidates flushes the same way).
+Queued output above the high-water mark is handed over at once, and ``close`` hands over what is queued
+before it closes.
 
 Flow control towards the client: when the transport's write buffer passes its high-water mark the connection
 stops being ``writable`` and dispatchers skip its consumers until asyncio calls ``resume_writing``.

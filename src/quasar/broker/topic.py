@@ -6,7 +6,6 @@ a subscription, restored when the topic loads; publishing appends one entry per 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 
@@ -15,7 +14,7 @@ from quasar.broker.dedup import DEDUP_CURSOR_NAME, MessageDeduplication
 from quasar.broker.dispatchers import entry_num_messages
 from quasar.broker.errors import BacklogQuotaExceededError, NotAllowedError
 from quasar.broker.policies import BacklogQuota, check_backlog_quota
-from quasar.broker.producer import Producer
+from quasar.broker.producer import Producer, PublishCallback
 from quasar.broker.subscription import Subscription, SubscriptionOptions
 from quasar.ledger.entry import Entry
 from quasar.ledger.managed_ledger import InitialPosition as LedgerInitialPosition
@@ -109,10 +108,11 @@ class PersistentTopic:
         else:
             await self.dedup.disable()
 
-    def publish(self, data: memoryview) -> asyncio.Future[Position]:
-        """Append one entry (SEND bytes after the command, verbatim); the future resolves with its position
-        once durable (a plain future: no Task per entry on the publish path)."""
-        return self.ledger.add_entry_future(data)
+    def publish(self, data: memoryview, callback: PublishCallback) -> None:
+        """Append one entry (SEND bytes after the command, verbatim); ``callback(position, None)`` once it is
+        durable, ``callback(None, error)`` if not (``ManagedLedger.add_entry_callback``: no future or task per
+        entry on the publish path)."""
+        self.ledger.add_entry_callback(data, callback)
 
     def _on_new_entries(self) -> None:
         for subscription in self.subscriptions.values():

@@ -34,7 +34,9 @@ async def _serve(config: BrokerConfig) -> None:
         loop.add_signal_handler(sig, stop.set)
     await app.start()
     tune_gc(config.gc_gen0_threshold, config.gc_freeze_after_start)
-    log.info("compiled hot paths: %s", ", ".join(compiled_modules()) or "none (QUASAR_PURE_PYTHON or not built)")
+    log.info(
+        "compiled hot paths: %s", ", ".join(compiled_modules()) or "none (QUASAR_PURE_PYTHON or not built)"
+    )
     # The readiness line: tests and tools wait for it.
     print(f"quasar standalone ready: {app.service_url} {app.web_service_url}", flush=True)
     try:

@@ -55,6 +55,7 @@ def _call(callback: FlushCallback, status: PutStatus) -> None:
     except Exception:  # a waiter's bug must not strand the waiters queued behind it (logged)
         log.exception("group commit: a flush callback failed")
 
+
 GROUP_COMMIT_WAIT_S = 0.010
 """The group commit thread wakes at least every 10 ms (RocketMQ ``GroupCommitService.run``)."""
 FLUSH_THOROUGH_INTERVAL_S = 10.0
