@@ -278,3 +278,99 @@ def test_send_receipt_values_out_of_range_raise_value_error(twin: Any, args: tup
 def test_send_receipt_refuses_a_non_int(twin: Any) -> None:
     with pytest.raises(TypeError):
         twin.encode_send_receipt(1, "2", 3, 4, None)
+
+
+@settings(max_examples=500)
+@given(
+    U64,
+    IDS,
+    IDS,
+    st.integers(-(2**31), 2**31 - 1),
+    st.integers(-5, 2**32 - 1),
+    st.one_of(st.none(), st.lists(st.integers(-(2**63), 2**63 - 1), max_size=20)),
+    st.one_of(st.none(), U64),
+    st.integers(0, 2**20),
+)
+def test_message_header_twins_write_the_protobuf_bytes(
+    consumer_id: int,
+    ledger_id: int,
+    entry_id: int,
+    partition: int,
+    redelivery: int,
+    ack_set: list[int] | None,
+    epoch: int | None,
+    payload_size: int,
+) -> None:
+    args = (consumer_id, ledger_id, entry_id, partition, redelivery, ack_set, epoch, payload_size)
+    header = _frames_c.encode_message_header(*args)
+    assert header == _frames_py.encode_message_header(*args)
+    total, command_size = struct.unpack_from(">II", header)
+    assert (total, len(header)) == (4 + command_size + payload_size, 8 + command_size)
+    message = BaseCommand.FromString(header[8:]).message
+    assert message.consumer_id == consumer_id and message.message_id.partition == partition
+    assert message.redelivery_count == max(redelivery, 0) and list(message.ack_set) == (ack_set or [])
+
+
+@pytest.mark.parametrize("twin", TWINS, ids=["c", "py"])
+@pytest.mark.parametrize(
+    "args",
+    [
+        (1, 0, 0, 2**31, 0, None, None, 0),  # partition past int32
+        (1, 0, 0, 0, 2**32, None, None, 0),  # redelivery count past uint32
+        (1, 0, 0, 0, 0, [2**63], None, 0),  # an ack-set word past int64
+        (1, 0, 0, 0, 0, [0] * 65537, None, 0),  # more words than any batch needs
+        (1, 0, 0, 0, 0, None, -1, 0),  # a negative epoch
+        (1, 0, 0, 0, 0, None, None, 2**32),  # a frame past 4 GiB
+    ],
+)
+def test_message_header_values_out_of_range_raise_value_error(twin: Any, args: tuple[Any, ...]) -> None:
+    with pytest.raises(ValueError):
+        twin.encode_message_header(*args)
+
+
+def test_new_message_is_the_header_and_the_stored_bytes_unchanged() -> None:
+    stored = memoryview(
+        encode_headers_and_payload(MessageMetadata(producer_name="p", sequence_id=1, publish_time=2), b"x")
+    )
+    parts = commands.new_message(7, 3, 4, -1, stored, redelivery_count=2, ack_set=[5])
+    assert parts[1] is stored
+    decoder = FrameDecoder()
+    decoder.receive_data(b"".join(parts))
+    frame = decoder.next_frame()
+    message = frame.command.message  # type: ignore[union-attr]
+    assert (message.consumer_id, message.redelivery_count, list(message.ack_set)) == (7, 2, [5])
+    assert (message.message_id.ledgerId, message.message_id.entryId, message.message_id.partition) == (
+        3,
+        4,
+        -1,
+    )
+    assert bytes(frame.headers_and_payload) == bytes(stored)  # type: ignore[union-attr, arg-type]
+
+
+def _dispatch_info(twin: Any, entry: bytes) -> Any:
+    try:
+        return twin.entry_dispatch_info(entry)
+    except ValueError:
+        return ValueError
+
+
+@st.composite
+def stored_entries(draw: st.DrawFn) -> bytes:
+    md = draw(metadata())
+    if draw(st.booleans()):
+        md.deliver_at_time = draw(st.integers(-(2**63), 2**63 - 1))
+    return encode_headers_and_payload(md, draw(st.binary(max_size=32)), checksum=draw(st.booleans()))
+
+
+@settings(max_examples=400)
+@given(stored_entries())
+def test_entry_dispatch_info_twins_read_what_protobuf_reads(entry: bytes) -> None:
+    parsed = parse_headers_and_payload(entry).metadata
+    expected = (num_messages(parsed), parsed.deliver_at_time if parsed.HasField("deliver_at_time") else 0)
+    assert _dispatch_info(_frames_c, entry) == _dispatch_info(_frames_py, entry) == expected
+
+
+@settings(max_examples=1500)
+@given(st.one_of(stored_entries().map(lambda e: e[: len(e) // 2]), st.binary(max_size=60)))
+def test_entry_dispatch_info_twins_agree_on_damaged_and_random_bytes(entry: bytes) -> None:
+    assert _dispatch_info(_frames_c, entry) == _dispatch_info(_frames_py, entry)

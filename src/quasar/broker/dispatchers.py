@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 from quasar.broker.delayed import DelayedDeliveryTracker
 from quasar.broker.errors import ConsumerBusyError
 from quasar.broker.key_shared import KeySharedMeta, sticky_key_hash
-from quasar.protocol import num_messages, parse_headers_and_payload
 from quasar.protocol.enums import SubType
+from quasar.protocol.metadata import entry_dispatch_info
 
 if TYPE_CHECKING:
     from quasar.broker.consumer import Consumer
@@ -155,15 +155,10 @@ class Dispatcher(Protocol):
         ...
 
 
-def entry_dispatch_info(data: memoryview) -> tuple[int, int]:
-    """(messages in the entry, deliver_at_time in ms or 0) from the stored entry's MessageMetadata."""
-    metadata = parse_headers_and_payload(data).metadata
-    return num_messages(metadata), metadata.deliver_at_time if metadata.HasField("deliver_at_time") else 0
-
-
 def entry_num_messages(data: memoryview) -> int:
-    """Messages in a stored entry: ``num_messages_in_batch`` when present, else 1 (parses metadata only)."""
-    return num_messages(parse_headers_and_payload(data).metadata)
+    """Messages in a stored entry: ``num_messages_in_batch`` when present, else 1 (the metadata's wire format
+    only: ``quasar.protocol.entry_dispatch_info``). Raises MalformedFrameError for a damaged entry."""
+    return entry_dispatch_info(data)[0]
 
 
 class _Named(Protocol):

@@ -73,7 +73,14 @@ from .frame import (
     encode_payload_command,
 )
 from .message_id import EARLIEST, INT64_MAX, LATEST, MessageId
-from .metadata import ParsedPayload, decode_batch, encode_batch, num_messages, parse_headers_and_payload
+from .metadata import (
+    ParsedPayload,
+    decode_batch,
+    encode_batch,
+    entry_dispatch_info,
+    num_messages,
+    parse_headers_and_payload,
+)
 from .topic_name import TopicName
 
 __all__ = [
@@ -114,6 +121,7 @@ __all__ = [
     "encode_command",
     "encode_headers_and_payload",
     "encode_payload_command",
+    "entry_dispatch_info",
     "new_ack",
     "new_ack_response",
     "new_active_consumer_change",

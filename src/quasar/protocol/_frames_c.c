@@ -380,7 +380,205 @@ static PyObject *encode_send_receipt(PyObject *module, PyObject *const *args, Py
     return frame;
 }
 
+/* ------------------------------------------------------------------ stored entries */
+
+PyDoc_STRVAR(entry_dispatch_info_doc,
+             "entry_dispatch_info(entry) -> (num_messages, deliver_at_time)\n\n"
+             "What a dispatcher needs of a stored entry ([0x0e02 bem]? [0x0e01 crc]? [u32 size][MessageMetadata]\n"
+             "[payload]): num_messages_in_batch when present, else 1 (int32, as protobuf reads it), and\n"
+             "deliver_at_time in ms, 0 when absent (int64). Walks the metadata's wire format only (the entry was\n"
+             "validated when it was published). Raises ValueError when the headers or the metadata are\n"
+             "truncated or malformed.");
+
+static PyObject *entry_dispatch_info(PyObject *module, PyObject *entry) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(entry, &view, PyBUF_SIMPLE) < 0) return NULL;
+    const uint8_t *p = (const uint8_t *)view.buf, *end = p + view.len;
+    const char *error = NULL;
+    int64_t messages = 1, deliver_at = 0;
+    if (end - p >= 2 && p[0] == 0x0E && p[1] == 0x02) {
+        if (end - p < 6 || qs_be32(p + 2) > (size_t)(end - p - 6)) {
+            error = "broker entry metadata runs past the end of the entry";
+            goto done;
+        }
+        p += 6 + qs_be32(p + 2);
+    }
+    if (end - p >= 2 && p[0] == 0x0E && p[1] == 0x01) {
+        if (end - p < 6) {
+            error = "checksum header runs past the end of the entry";
+            goto done;
+        }
+        p += 6;
+    }
+    if (end - p < 4 || qs_be32(p) > (size_t)(end - p - 4)) {
+        error = "metadata size runs past the end of the entry";
+        goto done;
+    }
+    qs_pb_cursor c = {p + 4, p + 4 + qs_be32(p)};
+    while (c.p < c.end) {
+        uint32_t field, wt;
+        uint64_t v;
+        if (qs_pb_tag(&c, &field, &wt)) {
+            error = "malformed MessageMetadata";
+            goto done;
+        }
+        if (wt == 0 && (field == 11 || field == 19)) {
+            if (qs_pb_varint(&c, &v)) {
+                error = "malformed MessageMetadata";
+                goto done;
+            }
+            if (field == 11) messages = (int32_t)(uint32_t)v;
+            else deliver_at = (int64_t)v;
+        } else if (qs_pb_skip(&c, wt)) {
+            error = "malformed MessageMetadata";
+            goto done;
+        }
+    }
+done:
+    PyBuffer_Release(&view);
+    if (error != NULL) {
+        PyErr_SetString(PyExc_ValueError, error);
+        return NULL;
+    }
+    return Py_BuildValue("(LL)", (long long)messages, (long long)deliver_at);
+}
+
+/* ------------------------------------------------------------------ MESSAGE */
+
+/* An int64 (or int32: sign-extended, as protobuf writes negative int32 varints) argument's wire value. */
+static int arg_signed(PyObject *arg, int64_t lo, int64_t hi, uint64_t *out) {
+    if (!PyLong_Check(arg)) {
+        PyErr_Format(PyExc_TypeError, "expected int, not %s", Py_TYPE(arg)->tp_name);
+        return -1;
+    }
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(arg, &overflow);
+    if (v == -1 && PyErr_Occurred()) return -1;
+    if (overflow || v < lo || v > hi) {
+        PyErr_Format(PyExc_ValueError, "%R is out of range", arg);
+        return -1;
+    }
+    *out = (uint64_t)(int64_t)v;
+    return 0;
+}
+
+#define MAX_ACK_SET_WORDS 65536 /* 4 Mi batch indexes: more than any batch a max-size entry can hold */
+
+PyDoc_STRVAR(encode_message_header_doc,
+             "encode_message_header(consumer_id, ledger_id, entry_id, partition, redelivery_count, ack_set,\n"
+             "                      consumer_epoch, payload_size) -> bytes\n\n"
+             "[totalSize][commandSize][BaseCommand MESSAGE] for a MESSAGE whose stored bytes (payload_size of\n"
+             "them) follow unchanged. message_id{ledgerId, entryId, partition}; redelivery_count only when > 0 (at\n"
+             "most 2^32-1);\n"
+             "ack_set (a sequence of int64 words) and consumer_epoch only when not None. Ids as\n"
+             "encode_send_receipt; partition an int32; redelivery_count a uint32. Raises ValueError for a value\n"
+             "out of range (or an ack_set over 65,536 words, or a frame over 4 GiB), TypeError for a wrong type.\n"
+             "Same bytes as the protobuf encoding of Pulsar Commands.newMessageCommand.");
+
+static PyObject *encode_message_header(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "encode_message_header() takes exactly 8 arguments");
+        return NULL;
+    }
+    uint64_t consumer_id, ledger_id, entry_id, partition, redelivery = 0, epoch = 0, payload_size;
+    for (int i = 0; i < 8; i++) {
+        if ((i == 5 || i == 6) && args[i] == Py_None) continue;
+        if (i != 5 && !PyLong_Check(args[i])) {
+            PyErr_Format(PyExc_TypeError, "encode_message_header: argument %d must be int, not %s", i + 1,
+                         Py_TYPE(args[i])->tp_name);
+            return NULL;
+        }
+    }
+    if (arg_u64(args[0], &consumer_id) || arg_id(args[1], &ledger_id) || arg_id(args[2], &entry_id) ||
+        arg_signed(args[3], INT32_MIN, INT32_MAX, &partition) ||
+        arg_signed(args[4], INT64_MIN, UINT32_MAX, &redelivery) || (args[6] != Py_None && arg_u64(args[6], &epoch)) ||
+        arg_u64(args[7], &payload_size))
+        return NULL;
+    int has_redelivery = (int64_t)redelivery > 0; /* 0 or less: the field is left out */
+    if (payload_size > 0xFFFFFFFFu) {
+        PyErr_SetString(PyExc_ValueError, "the MESSAGE frame does not fit the u32 totalSize field");
+        return NULL;
+    }
+    PyObject *words = NULL;
+    Py_ssize_t n_words = 0;
+    if (args[5] != Py_None) {
+        words = PySequence_Fast(args[5], "ack_set must be a sequence of ints");
+        if (words == NULL) return NULL;
+        n_words = PySequence_Fast_GET_SIZE(words);
+        if (n_words > MAX_ACK_SET_WORDS) {
+            Py_DECREF(words);
+            PyErr_SetString(PyExc_ValueError, "ack_set has more than 65536 words");
+            return NULL;
+        }
+    }
+    uint64_t stack_words[16];
+    uint64_t *wire_words = stack_words;
+    if (n_words > 16) {
+        wire_words = PyMem_Malloc((size_t)n_words * sizeof(uint64_t));
+        if (wire_words == NULL) {
+            Py_DECREF(words);
+            return PyErr_NoMemory();
+        }
+    }
+    size_t ack_size = 0;
+    for (Py_ssize_t i = 0; i < n_words; i++) {
+        if (arg_signed(PySequence_Fast_GET_ITEM(words, i), INT64_MIN, INT64_MAX, &wire_words[i])) goto fail;
+        ack_size += 1 + varint_size(wire_words[i]);
+    }
+    size_t id_size = 3 + varint_size(ledger_id) + varint_size(entry_id) + varint_size(partition);
+    size_t message_size = 1 + varint_size(consumer_id) + 1 + varint_size(id_size) + id_size +
+                          (has_redelivery ? 1 + varint_size(redelivery) : 0) + ack_size +
+                          (args[6] != Py_None ? 1 + varint_size(epoch) : 0);
+    size_t command_size = 2 + 1 + varint_size(message_size) + message_size;
+    if (4 + command_size + payload_size > 0xFFFFFFFFu) {
+        PyErr_SetString(PyExc_ValueError, "the MESSAGE frame does not fit the u32 totalSize field");
+        goto fail;
+    }
+    PyObject *header = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(8 + command_size));
+    if (header == NULL) goto fail;
+    uint8_t *out = (uint8_t *)PyBytes_AS_STRING(header);
+    qs_put_be32(out, (uint32_t)(4 + command_size + payload_size));
+    qs_put_be32(out + 4, (uint32_t)command_size);
+    uint8_t *p = out + 8;
+    *p++ = 0x08; /* BaseCommand.type */
+    *p++ = 9;    /* MESSAGE */
+    *p++ = 0x4A; /* BaseCommand.message (field 9, length-delimited) */
+    p += put_varint(p, message_size);
+    *p++ = 0x08; /* consumer_id */
+    p += put_varint(p, consumer_id);
+    *p++ = 0x12; /* message_id */
+    p += put_varint(p, id_size);
+    *p++ = 0x08; /* ledgerId */
+    p += put_varint(p, ledger_id);
+    *p++ = 0x10; /* entryId */
+    p += put_varint(p, entry_id);
+    *p++ = 0x18; /* partition */
+    p += put_varint(p, partition);
+    if (has_redelivery) {
+        *p++ = 0x18; /* redelivery_count */
+        p += put_varint(p, redelivery);
+    }
+    for (Py_ssize_t i = 0; i < n_words; i++) {
+        *p++ = 0x20; /* ack_set (repeated int64, not packed in proto2) */
+        p += put_varint(p, wire_words[i]);
+    }
+    if (args[6] != Py_None) {
+        *p++ = 0x28; /* consumer_epoch */
+        p += put_varint(p, epoch);
+    }
+    if (wire_words != stack_words) PyMem_Free(wire_words);
+    Py_XDECREF(words);
+    return header;
+fail:
+    if (wire_words != stack_words) PyMem_Free(wire_words);
+    Py_XDECREF(words);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
+    {"entry_dispatch_info", (PyCFunction)entry_dispatch_info, METH_O, entry_dispatch_info_doc},
+    {"encode_message_header", (PyCFunction)(void (*)(void))encode_message_header, METH_FASTCALL,
+     encode_message_header_doc},
     {"parse_send", (PyCFunction)(void (*)(void))parse_send, METH_FASTCALL, parse_send_doc},
     {"encode_send_receipt", (PyCFunction)(void (*)(void))encode_send_receipt, METH_FASTCALL,
      encode_send_receipt_doc},

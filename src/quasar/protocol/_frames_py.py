@@ -15,15 +15,15 @@ Pulsar ``Commands.java`` ``newSend`` / C++ ``Commands::newSend`` (layout), Pulsa
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from crc32c import crc32c
 
 from ._build import fill_id
-from .frame import encode_command
+from .frame import FRAME_HEADER, encode_command
 from .proto.PulsarApi_pb2 import BaseCommand
 
-__all__ = ["SendFields", "encode_send_receipt", "parse_send"]
+__all__ = ["SendFields", "encode_message_header", "encode_send_receipt", "entry_dispatch_info", "parse_send"]
 
 SendFields = tuple[int, int, int, bool, int, bool | None]
 """``(producer_id, sequence_id, highest_sequence_id (0 when absent), is_chunk, messages_in_entry,
@@ -282,3 +282,109 @@ def encode_send_receipt(
     if highest_sequence_id is not None:
         body.highest_sequence_id = highest_sequence_id
     return encode_command(cmd)
+
+
+_MAX_ACK_SET_WORDS = 65536
+_U32_MAX = 0xFFFFFFFF
+
+
+def encode_message_header(
+    consumer_id: int,
+    ledger_id: int,
+    entry_id: int,
+    partition: int,
+    redelivery_count: int,
+    ack_set: Iterable[int] | None,
+    consumer_epoch: int | None,
+    payload_size: int,
+) -> bytes:
+    """``[totalSize][commandSize][BaseCommand MESSAGE]`` for a MESSAGE whose stored bytes (``payload_size``
+    of them) follow unchanged (Pulsar ``Commands.newMessageCommand``): ``message_id{ledgerId, entryId,
+    partition}``; ``redelivery_count`` only when > 0; ``ack_set`` (int64 words) and ``consumer_epoch`` only
+    when not None.
+
+    Raises:
+        ValueError: a value out of range (ids as :func:`encode_send_receipt`, partition int32, redelivery
+            count at most 2^32-1), an ack_set over 65,536 words, or a frame over 4 GiB.
+        TypeError: an argument of the wrong type.
+    """
+    if not isinstance(payload_size, int):
+        raise TypeError(f"payload_size must be int, not {type(payload_size).__name__}")
+    if not 0 <= payload_size <= _U32_MAX:
+        raise ValueError("the MESSAGE frame does not fit the u32 totalSize field")
+    cmd = BaseCommand(type=BaseCommand.MESSAGE)
+    body = cmd.message
+    body.consumer_id = consumer_id
+    message_id = body.message_id
+    fill_id(message_id, ledger_id, entry_id)
+    message_id.partition = partition
+    if redelivery_count > 0:
+        body.redelivery_count = redelivery_count
+    if ack_set is not None:
+        words = list(ack_set)
+        if len(words) > _MAX_ACK_SET_WORDS:
+            raise ValueError("ack_set has more than 65536 words")
+        body.ack_set.extend(words)
+    if consumer_epoch is not None:
+        body.consumer_epoch = consumer_epoch
+    command = cmd.SerializeToString()
+    total = 4 + len(command) + payload_size
+    if total > _U32_MAX:
+        raise ValueError("the MESSAGE frame does not fit the u32 totalSize field")
+    return FRAME_HEADER.pack(total, len(command)) + command
+
+
+_U64_MASK = (1 << 64) - 1
+
+
+def _skip_field(buf: memoryview, pos: int, end: int, wire_type: int) -> int:
+    if wire_type == 0:
+        return _varint(buf, pos, end)[1]
+    if wire_type == 2:
+        return _length(buf, pos, end)[1]
+    width = 8 if wire_type == 1 else 4
+    if end - pos < width:
+        raise _Decline
+    return pos + width
+
+
+def entry_dispatch_info(entry: bytes | bytearray | memoryview) -> tuple[int, int]:
+    """What a dispatcher needs of a stored entry (``[0x0e02 bem]? [0x0e01 crc]? [u32 size][MessageMetadata]
+    [payload]``): ``(num_messages, deliver_at_time)``: ``num_messages_in_batch`` when present, else 1 (int32,
+    as protobuf reads it), and ``deliver_at_time`` in ms, 0 when absent (int64). Walks the metadata's wire
+    format only (the entry was validated when it was published).
+
+    Raises:
+        ValueError: the headers or the metadata are truncated or malformed.
+    """
+    buf = entry if isinstance(entry, memoryview) else memoryview(entry)
+    end = len(buf)
+    pos = 0
+    if end >= 2 and buf[0] == 0x0E and buf[1] == 0x02:
+        if end < 6 or int.from_bytes(buf[2:6], "big") > end - 6:
+            raise ValueError("broker entry metadata runs past the end of the entry")
+        pos = 6 + int.from_bytes(buf[2:6], "big")
+    if end - pos >= 2 and buf[pos] == 0x0E and buf[pos + 1] == 0x01:
+        if end - pos < 6:
+            raise ValueError("checksum header runs past the end of the entry")
+        pos += 6
+    if end - pos < 4 or int.from_bytes(buf[pos : pos + 4], "big") > end - pos - 4:
+        raise ValueError("metadata size runs past the end of the entry")
+    stop = pos + 4 + int.from_bytes(buf[pos : pos + 4], "big")
+    pos += 4
+    messages = 1
+    deliver_at = 0
+    try:
+        while pos < stop:
+            field, wire_type, pos = _tag(buf, pos, stop)
+            if wire_type == 0 and field in (11, 19):
+                value, pos = _varint(buf, pos, stop)
+                if field == 11:
+                    messages = ((value & 0xFFFFFFFF) ^ 0x80000000) - 0x80000000
+                else:
+                    deliver_at = ((value & _U64_MASK) ^ (1 << 63)) - (1 << 63)
+            else:
+                pos = _skip_field(buf, pos, stop, wire_type)
+    except _Decline:
+        raise ValueError("malformed MessageMetadata") from None
+    return messages, deliver_at

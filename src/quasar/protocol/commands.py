@@ -24,7 +24,7 @@ from quasar.native import load_twin
 
 from ._build import builder, fill_id, u64, wire_error
 from .enums import AckType, CommandType, ServerError, SubType
-from .frame import encode_command, encode_payload_command
+from .frame import encode_command
 from .proto.PulsarApi_pb2 import (
     BaseCommand,
     CommandLookupTopicResponse,
@@ -339,22 +339,20 @@ def new_message(
         consumer_epoch: optional, ignored by the 4.2.0 client.
 
     Returns:
-        ``[header bytes, headers_and_payload]`` for ``transport.writelines`` (no copy of the entry).
+        ``[header bytes, headers_and_payload]`` for ``transport.writelines`` (no copy of the entry); the header
+        comes from the compiled ``_frames_c.encode_message_header`` (twin: the protobuf encoding, same bytes).
     """
-    cmd = BaseCommand(type=BaseCommand.MESSAGE)
-    body = cmd.message
-    body.consumer_id = consumer_id
-    message_id = body.message_id
-    message_id.ledgerId = u64(ledger_id)
-    message_id.entryId = u64(entry_id)
-    message_id.partition = partition
-    if redelivery_count > 0:
-        body.redelivery_count = redelivery_count
-    if ack_set is not None:
-        body.ack_set.extend(ack_set)
-    if consumer_epoch is not None:
-        body.consumer_epoch = consumer_epoch
-    return encode_payload_command(cmd, headers_and_payload)
+    header: bytes = _frames.encode_message_header(
+        consumer_id,
+        ledger_id,
+        entry_id,
+        partition,
+        redelivery_count,
+        ack_set,
+        consumer_epoch,
+        len(headers_and_payload),
+    )
+    return [header, headers_and_payload]
 
 
 @builder

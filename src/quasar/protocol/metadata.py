@@ -25,12 +25,23 @@ from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError, EncodeError
 
+from quasar.native import load_twin
+
 from ._layout import split_headers
 from ._pb import find_invalid_utf8, missing_required_fields
 from .errors import LocalProtocolError, MalformedBatchError, MalformedFrameError
 from .proto.PulsarApi_pb2 import BrokerEntryMetadata, MessageMetadata, SingleMessageMetadata
 
-__all__ = ["ParsedPayload", "decode_batch", "encode_batch", "num_messages", "parse_headers_and_payload"]
+__all__ = [
+    "ParsedPayload",
+    "decode_batch",
+    "encode_batch",
+    "entry_dispatch_info",
+    "num_messages",
+    "parse_headers_and_payload",
+]
+
+_frames = load_twin("quasar.protocol._frames")
 
 _U32 = struct.Struct(">I")
 
@@ -94,6 +105,22 @@ def parse_headers_and_payload(span: bytes | memoryview) -> ParsedPayload:
     if bad is not None:
         raise MalformedFrameError(f"MessageMetadata field '{bad}' is not valid UTF-8")
     return ParsedPayload(checksum, broker_entry_metadata, metadata, view[metadata_end:], metadata_bytes)
+
+
+def entry_dispatch_info(entry: bytes | memoryview) -> tuple[int, int]:
+    """``(messages in the entry, deliver_at_time in ms or 0)`` of a stored entry, read straight from its
+    MessageMetadata's wire format without a protobuf object (compiled ``_frames_c.entry_dispatch_info``; twin
+    ``_frames_py``): what a dispatcher charges against permits and whether the entry is delayed, per entry on
+    the consume path. The entry was validated when it was published, so only the wire format is checked.
+
+    Raises:
+        MalformedFrameError: the headers or the metadata are truncated or malformed.
+    """
+    try:
+        info: tuple[int, int] = _frames.entry_dispatch_info(entry)
+    except ValueError as exc:
+        raise MalformedFrameError(f"stored entry: {exc}") from None
+    return info
 
 
 def num_messages(metadata: MessageMetadata) -> int:
