@@ -258,6 +258,10 @@ async def test_dedup_after_broker_restart_mid_stream_nothing_lost_nothing_double
 
     _enable_dedup(broker)
     async with qc.AsyncClient(broker.service_url, operation_timeout_seconds=15) as client:
+        # a durable subscription keeps the backlog: without one, the broker's background trim (every second,
+        # retention 0, as Pulsar) may delete the ledger closed by the restart before the reader gets to it
+        keeper = await client.subscribe("dedup", "keep", initial_position=qc.InitialPosition.Earliest)
+        await keeper.close()
         producer = await client.create_producer(
             "dedup", producer_name="dedup-producer", send_timeout_millis=0, max_pending_messages=5000
         )
