@@ -15,6 +15,10 @@ Follows the C++ ``ClientConnection`` / Java ``ClientCnx`` (reference/pulsar-prot
 * When the connection ends for any reason every pending request fails with :class:`ConnectionClosedError`
   and every registered producer/consumer is told (it then reconnects); the keep-alive task is owned and
   cancelled.
+* Frames are read by the compiled fast path (:func:`quasar.client.codec.read_frames`: SEND_RECEIPT and MESSAGE,
+  the commands that arrive once per message, decoded without protobuf command objects) and by the sans-IO
+  :class:`~quasar.protocol.FrameDecoder` for every other frame and any the fast path refuses (the decoder's
+  protocol errors close the connection, as before).
 * Frames are written once per event-loop turn: :meth:`ClientCnx.write` queues a frame and the first one of a
   turn schedules one ``transport.writelines`` of everything queued (``call_soon``), so a burst of sends, acks or
   flows costs one system call instead of one per frame (the C++ client's write queue does the same); order is
@@ -42,9 +46,12 @@ from quasar.protocol import (
     FrameDecoder,
     ProtocolError,
     commands,
+    pb,
 )
+from quasar.protocol.ack_set import to_int64
 
 from ._tasks import TaskOwner
+from .codec import read_frames as _read_frames
 from .errors import BrokerResponseError, ConnectError, ConnectionClosedError, OperationTimeoutError
 
 __all__ = ["CLIENT_VERSION", "ClientCnx", "ConsumerHandler", "ProducerHandler", "StreamTransport"]
@@ -54,6 +61,9 @@ log = logging.getLogger("quasar.client")
 #: ``client_version`` sent in CONNECT.
 CLIENT_VERSION = "Quasar-Python-Client"
 
+_parse_metadata = pb.MessageMetadata.FromString
+_RECEIPT = CommandType.SEND_RECEIPT.value
+_MESSAGE = CommandType.MESSAGE.value
 _LOOKUP_FAILED = 2
 _PARTITIONS_FAILED = 1
 
@@ -82,8 +92,8 @@ class StreamTransport(Protocol):
 class ProducerHandler(Protocol):
     """What a producer registered on a connection receives (called on the loop thread)."""
 
-    def on_receipt(self, frame: Frame) -> None:
-        """A SEND_RECEIPT addressed to the producer."""
+    def on_receipt(self, sequence_id: int, ledger_id: int, entry_id: int) -> None:
+        """A SEND_RECEIPT addressed to the producer: its sequence id and the entry's position (signed int64)."""
 
     def on_send_error(self, frame: Frame) -> None:
         """A SEND_ERROR addressed to the producer."""
@@ -96,7 +106,20 @@ class ConsumerHandler(Protocol):
     """What a consumer registered on a connection receives (called on the loop thread)."""
 
     def on_message(self, frame: Frame) -> None:
-        """A MESSAGE addressed to the consumer."""
+        """A MESSAGE addressed to the consumer, from the FrameDecoder (the fast path refused it)."""
+
+    def on_message_parts(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        redelivery_count: int,
+        checksum_ok: bool | None,
+        metadata: Any,
+        payload: bytes,
+    ) -> None:
+        """A MESSAGE addressed to the consumer, decoded by the fast path (no ack_set; see
+        :func:`quasar.client.codec.read_frames`): position, redelivery count, whether the CRC matched (None: no
+        checksum), the parsed MessageMetadata and the payload bytes."""
 
     def on_connection_closed(self, cnx: ClientCnx) -> None:
         """``cnx`` is gone, or the broker sent CLOSE_CONSUMER (the consumer is no longer registered)."""
@@ -138,6 +161,7 @@ class ClientCnx(asyncio.Protocol):
         self._consumers: dict[int, ConsumerHandler] = {}
         self._ping_pending = False
         self._out: list[bytes] = []
+        self._in = bytearray()  # an incomplete frame received so far
         self._tasks = TaskOwner(f"cnx {address[0]}:{address[1]}")
         self._close_reason: BaseException | None = None
         self._handlers: dict[int, Callable[[Frame], None]] = {
@@ -265,24 +289,64 @@ class ClientCnx(asyncio.Protocol):
         transport.close()
 
     def data_received(self, data: bytes) -> None:
-        decoder = self._decoder
-        handlers = self._handlers
+        """Cut the frames received so far: SEND_RECEIPT and MESSAGE through the compiled fast path
+        (:func:`quasar.client.codec.read_frames`), every other frame (and any the fast path refuses) through the
+        :class:`FrameDecoder`, in stream order; an incomplete frame waits in ``_in`` for the next call."""
+        if self._decoder.errored:
+            return
+        pending = self._in
+        if pending:
+            pending += data
+            buffer: bytes | bytearray = pending
+        else:
+            buffer = data
+        end = 0
         try:
-            decoder.receive_data(data)
-            while True:
-                frame = decoder.next_frame()
-                if frame is NEED_DATA:
-                    break
+            events, end = _read_frames(buffer, 0, self._decoder.max_frame_size, _parse_metadata)
+            if events:
                 self._ping_pending = False
-                handler = handlers.get(frame.type)
-                if handler is None:
-                    raise ConnectionClosedError(
-                        f"unexpected command {CommandType(frame.type).name} from broker"
-                    )
-                handler(frame)
+                self._dispatch(events, buffer)
         except (ProtocolError, ConnectionClosedError) as exc:
             log.warning("closing connection to %s:%s: %s", *self.address, exc)
             self.close(exc)
+        finally:
+            if pending:
+                del pending[:end]
+            elif end < len(data):
+                self._in = bytearray(data[end:])
+
+    def _dispatch(self, events: list[tuple[Any, ...]], buffer: bytes | bytearray) -> None:
+        producers = self._producers
+        consumers = self._consumers
+        for event in events:
+            kind = event[0]
+            if kind == _RECEIPT:
+                producer = producers.get(event[1])
+                if producer is not None:
+                    producer.on_receipt(event[2], event[3], event[4])
+            elif kind == _MESSAGE:
+                consumer = consumers.get(event[1])
+                if consumer is not None:
+                    consumer.on_message_parts(event[2], event[3], event[4], event[5], event[6], event[7])
+            else:
+                self._decode(buffer[event[1] : event[2]])
+
+    def _decode(self, frame: bytes | bytearray) -> None:
+        """One whole frame (or, when its length prefix is refused, the rest of the stream) through the
+        FrameDecoder, which raises its protocol error on anything malformed."""
+        decoder = self._decoder
+        handlers = self._handlers
+        decoder.receive_data(frame)
+        while True:
+            decoded = decoder.next_frame()
+            if decoded is NEED_DATA:
+                break
+            handler = handlers.get(decoded.type)
+            if handler is None:
+                raise ConnectionClosedError(
+                    f"unexpected command {CommandType(decoded.type).name} from broker"
+                )
+            handler(decoded)
 
     def connection_lost(self, exc: Exception | None) -> None:
         reason = self._close_reason or exc
@@ -418,9 +482,11 @@ class ClientCnx(asyncio.Protocol):
         self.write(commands.new_pong())
 
     def _handle_send_receipt(self, frame: Frame) -> None:
-        producer = self._producers.get(frame.command.send_receipt.producer_id)
+        body = frame.command.send_receipt
+        producer = self._producers.get(body.producer_id)
         if producer is not None:
-            producer.on_receipt(frame)
+            mid = body.message_id
+            producer.on_receipt(body.sequence_id, to_int64(mid.ledgerId), to_int64(mid.entryId))
 
     def _handle_send_error(self, frame: Frame) -> None:
         producer = self._producers.get(frame.command.send_error.producer_id)

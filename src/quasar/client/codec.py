@@ -1,11 +1,14 @@
-"""The client's per-message codec: the compiled ``quasar.client._codec_c`` when it is built, else its
-pure-Python twin ``quasar.client._codec_py`` (``QUASAR_PURE_PYTHON=1`` forces the twin; DESIGN.md "Compiled hot
-paths"). The twin's docstrings are the specification of both; type checkers see the twin.
+"""The client's per-message codec: the compiled ``quasar.client._codec_c`` and ``_incoming_c`` when they are
+built, else their pure-Python twins ``_codec_py`` and ``_incoming_py`` (``QUASAR_PURE_PYTHON=1`` forces the
+twins; DESIGN.md "Compiled hot paths"). The twins' docstrings are the specification of both; type checkers see
+the twins.
 
 What runs here per message: the batch container (:class:`BatchContainer`, a SingleMessageMetadata and the item
 appended to one buffer), the SEND frame (:func:`encode_metadata`, :func:`encode_send`: MessageMetadata,
 command and CRC-32C in one call), the batch split on receive (:func:`split_batch`, Message objects built without
-``__init__``) and receipts (:func:`complete_receipt`, one MessageId per waiter).
+``__init__``), receipts (:func:`complete_receipt`, one MessageId per waiter) and the frames that arrive once per
+message (:func:`read_frames`: SEND_RECEIPT and MESSAGE decoded without protobuf command objects, everything else
+handed whole to the protocol's FrameDecoder).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ __all__ = [
     "encode_metadata",
     "encode_send",
     "encode_single_metadata",
+    "read_frames",
     "split_batch",
 ]
 
@@ -32,6 +36,7 @@ if TYPE_CHECKING:
         encode_single_metadata,
         split_batch,
     )
+    from ._incoming_py import read_frames
 else:
     _impl = load_twin("quasar.client._codec")
     BatchContainer = _impl.BatchContainer
@@ -40,3 +45,4 @@ else:
     encode_send = _impl.encode_send
     encode_single_metadata = _impl.encode_single_metadata
     split_batch = _impl.split_batch
+    read_frames = load_twin("quasar.client._incoming").read_frames

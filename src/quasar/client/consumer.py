@@ -271,13 +271,13 @@ class Consumer:
     # ------------------------------------------------------------------------------- messages --
 
     def on_message(self, frame: Any) -> None:
-        """Connection port: a MESSAGE for this consumer (see the module docstring); its messages are queued."""
+        """Connection port: a MESSAGE for this consumer from the FrameDecoder (see the module docstring); its
+        messages are queued."""
         cmd = frame.command.message
         mid = cmd.message_id
         ledger_id, entry_id = to_int64(mid.ledgerId), to_int64(mid.entryId)
         if frame.checksum_ok is False:
-            log.warning("checksum mismatch on %s %d:%d; discarding", self.topic, ledger_id, entry_id)
-            self._discard((ledger_id, entry_id), _CHECKSUM_MISMATCH)
+            self._checksum_mismatch(ledger_id, entry_id)
             return
         try:
             parsed = parse_headers_and_payload(frame.headers_and_payload)
@@ -285,8 +285,39 @@ class Consumer:
             log.warning("bad metadata on %s %d:%d: %s", self.topic, ledger_id, entry_id, exc)
             self._discard((ledger_id, entry_id), _BATCH_DESERIALIZE_ERROR)
             return
-        metadata = parsed.metadata
-        payload: bytes | memoryview = parsed.payload
+        self._on_entry(
+            ledger_id, entry_id, cmd.redelivery_count, cmd.ack_set, parsed.metadata, parsed.payload
+        )
+
+    def on_message_parts(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        redelivery_count: int,
+        checksum_ok: bool | None,
+        metadata: Any,
+        payload: bytes,
+    ) -> None:
+        """Connection port: a MESSAGE for this consumer decoded by the connection's fast path (no ack_set, the
+        metadata parsed and checked as ``parse_headers_and_payload`` does); its messages are queued."""
+        if checksum_ok is False:
+            self._checksum_mismatch(ledger_id, entry_id)
+            return
+        self._on_entry(ledger_id, entry_id, redelivery_count, None, metadata, payload)
+
+    def _checksum_mismatch(self, ledger_id: int, entry_id: int) -> None:
+        log.warning("checksum mismatch on %s %d:%d; discarding", self.topic, ledger_id, entry_id)
+        self._discard((ledger_id, entry_id), _CHECKSUM_MISMATCH)
+
+    def _on_entry(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        redelivery_count: int,
+        ack_set: Any,
+        metadata: Any,
+        payload: bytes | memoryview,
+    ) -> None:
         is_batch = metadata.HasField("num_messages_in_batch")
         chunk_ids = None
         if not is_batch and metadata.num_chunks_from_msg > 1:
@@ -301,7 +332,6 @@ class Consumer:
                 log.warning("cannot decompress %s %d:%d: %s", self.topic, ledger_id, entry_id, exc)
                 self._discard((ledger_id, entry_id), _DECOMPRESSION_ERROR)
                 return
-        redelivery_count = cmd.redelivery_count
         count = metadata.num_messages_in_batch if is_batch else 0
         entry = ReceivedEntry(
             ledger_id,
@@ -315,7 +345,7 @@ class Consumer:
             self._flow,
         )
         if is_batch:
-            delivered = self._unpack(entry, payload, cmd.ack_set)
+            delivered = self._unpack(entry, payload, ack_set)
             if delivered is None:
                 return
         else:

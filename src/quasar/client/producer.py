@@ -44,7 +44,6 @@ import time
 from typing import Any
 
 from quasar.protocol import MessageId, ServerError, commands
-from quasar.protocol.ack_set import to_int64
 
 from ._tasks import TaskOwner
 from .batch import BatchMessageContainer, BuiltBatch
@@ -432,10 +431,9 @@ class Producer:
 
     # --------------------------------------------------------------------------------- receipts --
 
-    def on_receipt(self, frame: Any) -> None:
-        """Connection port: a SEND_RECEIPT for this producer (matched to the head of the pending queue)."""
-        body = frame.command.send_receipt
-        sequence_id = body.sequence_id
+    def on_receipt(self, sequence_id: int, ledger_id: int, entry_id: int) -> None:
+        """Connection port: a SEND_RECEIPT for this producer (matched to the head of the pending queue): its
+        sequence id and the entry's position (signed int64)."""
         pending = self._pending
         if not pending:
             return
@@ -452,13 +450,11 @@ class Producer:
         pending.popleft()
         if op.highest_sequence_id > self.last_sequence_id_published:
             self.last_sequence_id_published = op.highest_sequence_id
-        mid = body.message_id
         waiters = op.waiters
         size = 0 if op.num_messages == 1 or len(waiters) == 1 else op.num_messages
         _complete_receipt(
-            waiters, to_int64(mid.ledgerId), to_int64(mid.entryId), self.partition, size, MessageId, Future,
-            complete_waiter,
-        )  # fmt: skip
+            waiters, ledger_id, entry_id, self.partition, size, MessageId, Future, complete_waiter
+        )
         self._release(op.permits)
         if self._flush_waiters:
             self._wake_flush(op)

@@ -1,0 +1,303 @@
+/* quasar.client._incoming_c: the client's receive fast path, compiled (DESIGN.md "Compiled hot paths").
+ *
+ * Twin of quasar/client/_incoming_py.py: same API, same results, same exception classes; its docstring is the
+ * specification. read_frames(buffer, start, max_frame_size, parse_metadata) -> (events, end) cuts the complete
+ * frames of a received buffer and decodes SEND_RECEIPT and MESSAGE (the commands that arrive once per message)
+ * without protobuf objects for the command; it is conservative: anything but the fields it knows, each once with
+ * its wire type, and every malformed frame go back whole as raw events (0, start, end) for the protocol's
+ * FrameDecoder, which decodes them or raises its protocol error. Every read is bounds-checked (qs_pb.h), UTF-8
+ * is checked strictly (qs_utf8.h), the CRC-32C (qs_crc32c.h) of a large payload runs without the GIL.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "qs_crc32c.h"
+#include "qs_pb.h"
+#include "qs_utf8.h"
+
+#define RECEIPT 7
+#define MESSAGE 9
+#define GIL_FREE_CRC_BYTES (256 * 1024)
+#define MAX_FIELD 31 /* field numbers tracked in `seen` masks */
+
+/* One field of a message: number, wire type (0 or 2), the varint value or the bytes [data, data+len). */
+typedef struct {
+    uint32_t field, wire;
+    uint64_t value;
+    const uint8_t *data;
+    size_t len;
+} field_t;
+
+/* Next field of cursor `c`: 1 with *f filled, 0 at the end, -1 when malformed or a wire type other than 0/2. */
+static int next_field(qs_pb_cursor *c, field_t *f) {
+    if (c->p >= c->end) return 0;
+    if (qs_pb_tag(c, &f->field, &f->wire)) return -1;
+    if (f->wire == 0) return qs_pb_varint(c, &f->value) ? -1 : 1;
+    if (f->wire == 2) return qs_pb_bytes(c, &f->data, &f->len) ? -1 : 1;
+    return -1;
+}
+
+/* MessageIdData holding only varints 1, 2 (required), 3, 4, 6, each once: 0 and the ids, or -1. */
+static int message_id(const uint8_t *p, size_t len, int64_t *ledger, int64_t *entry) {
+    qs_pb_cursor c = {p, p + len};
+    field_t f;
+    uint32_t seen = 0;
+    int rc;
+    while ((rc = next_field(&c, &f)) == 1) {
+        if (f.wire != 0 || !(f.field <= 4 || f.field == 6) || (seen & (1u << f.field))) return -1;
+        seen |= 1u << f.field;
+        if (f.field == 1) *ledger = (int64_t)f.value;
+        if (f.field == 2) *entry = (int64_t)f.value;
+    }
+    return rc < 0 || (seen & 6u) != 6u ? -1 : 0;
+}
+
+/* MessageMetadata kinds by field number: 0 not accepted, else wire type + 1 in the low bits and a kind. */
+enum { K_NO = 0, K_ONCE, K_STR, K_STRS, K_KV, K_ENUM };
+static const struct {
+    int wire;
+    int kind;
+} METADATA[MAX_FIELD] = {
+    [1] = {2, K_STR},   [2] = {0, K_ONCE},  [3] = {0, K_ONCE},  [4] = {2, K_KV},    [5] = {2, K_STR},
+    [6] = {2, K_STR},   [7] = {2, K_STRS},  [8] = {0, K_ENUM},  [9] = {0, K_ONCE},  [11] = {0, K_ONCE},
+    [12] = {0, K_ONCE}, [16] = {2, K_ONCE}, [17] = {0, K_ONCE}, [18] = {2, K_ONCE}, [19] = {0, K_ONCE},
+    [20] = {0, K_ONCE}, [22] = {0, K_ONCE}, [23] = {0, K_ONCE}, [24] = {0, K_ONCE}, [25] = {0, K_ONCE},
+    [26] = {2, K_STR},  [27] = {0, K_ONCE}, [28] = {0, K_ONCE}, [29] = {0, K_ONCE}, [30] = {0, K_ONCE},
+};
+
+/* A KeyValue holding exactly key 1 and value 2, each once, both valid UTF-8: 0, else -1. */
+static int key_value(const uint8_t *p, size_t len) {
+    qs_pb_cursor c = {p, p + len};
+    field_t f;
+    uint32_t seen = 0;
+    int rc;
+    while ((rc = next_field(&c, &f)) == 1) {
+        if (f.wire != 2 || (f.field != 1 && f.field != 2) || (seen & (1u << f.field))) return -1;
+        if (!qs_utf8_valid(f.data, f.len)) return -1;
+        seen |= 1u << f.field;
+    }
+    return rc < 0 || seen != 6u ? -1 : 0;
+}
+
+/* The checks of the module docstring on a MessageMetadata: 0 when it is for the fast path, else -1. */
+static int check_metadata(const uint8_t *p, size_t len) {
+    qs_pb_cursor c = {p, p + len};
+    field_t f;
+    uint32_t seen = 0;
+    int rc;
+    while ((rc = next_field(&c, &f)) == 1) {
+        if (f.field >= MAX_FIELD || METADATA[f.field].kind == K_NO || (int)f.wire != METADATA[f.field].wire)
+            return -1;
+        int kind = METADATA[f.field].kind;
+        if (kind == K_ONCE || kind == K_STR || kind == K_ENUM) {
+            if (seen & (1u << f.field)) return -1;
+            seen |= 1u << f.field;
+        }
+        if ((kind == K_STR || kind == K_STRS) && !qs_utf8_valid(f.data, f.len)) return -1;
+        if (kind == K_KV && key_value(f.data, f.len)) return -1;
+        if (kind == K_ENUM && f.value > 4) return -1;
+    }
+    return rc < 0 || (seen & 0xEu) != 0xEu ? -1 : 0;
+}
+
+/* The event of the frame [p, p+size) (its length prefix included), a new reference; Py_None (a new reference)
+ * when it goes raw; NULL with an exception when parse_metadata or an allocation fails. */
+static PyObject *decode_frame(const uint8_t *p, size_t size, PyObject *parse_metadata) {
+    const uint8_t *frame_end = p + size;
+    uint32_t command_size = qs_be32(p + 4);
+    if (command_size > size - 8) Py_RETURN_NONE;
+    const uint8_t *command_end = p + 8 + command_size;
+
+    /* BaseCommand: type (1) and its sub-message, nothing else */
+    qs_pb_cursor c = {p + 8, command_end};
+    field_t f;
+    uint64_t type = 0;
+    const uint8_t *body = NULL;
+    size_t body_len = 0;
+    uint32_t body_field = 0, seen = 0;
+    int rc;
+    while ((rc = next_field(&c, &f)) == 1) {
+        if (seen & (1u << (f.field & 31)) || !(f.field == 1 || f.field == RECEIPT || f.field == MESSAGE))
+            Py_RETURN_NONE;
+        seen |= 1u << f.field;
+        if (f.field == 1) {
+            if (f.wire != 0) Py_RETURN_NONE;
+            type = f.value;
+        } else {
+            if (f.wire != 2) Py_RETURN_NONE;
+            body = f.data;
+            body_len = f.len;
+            body_field = f.field;
+        }
+    }
+    if (rc < 0 || !(seen & 2u) || !body || type != body_field) Py_RETURN_NONE;
+
+    /* the sub-message's fields: [1..5] varints or the message id bytes */
+    uint64_t values[6] = {0};
+    const uint8_t *id_data = NULL;
+    size_t id_len = 0;
+    uint32_t id_field = type == RECEIPT ? 3 : 2;
+    uint32_t allowed = type == RECEIPT ? 0x1Eu : 0x2Eu; /* receipt 1-4, message 1, 2, 3, 5 */
+    seen = 0;
+    c.p = body;
+    c.end = body + body_len;
+    while ((rc = next_field(&c, &f)) == 1) {
+        if (f.field > 5 || !(allowed & (1u << f.field)) || (seen & (1u << f.field))) Py_RETURN_NONE;
+        if ((f.field == id_field) != (f.wire == 2)) Py_RETURN_NONE;
+        seen |= 1u << f.field;
+        if (f.field == id_field) {
+            id_data = f.data;
+            id_len = f.len;
+        } else {
+            values[f.field] = f.value;
+        }
+    }
+    uint32_t required = type == RECEIPT ? 0xEu : 0x6u;
+    if (rc < 0 || (seen & required) != required) Py_RETURN_NONE;
+    int64_t ledger = 0, entry = 0;
+    if (message_id(id_data, id_len, &ledger, &entry)) Py_RETURN_NONE;
+
+    if (type == RECEIPT) {
+        if (command_end != frame_end) Py_RETURN_NONE;
+        return Py_BuildValue("(iKKLL)", RECEIPT, (unsigned long long)values[1], (unsigned long long)values[2],
+                             (long long)ledger, (long long)entry);
+    }
+
+    /* MESSAGE: [0x0e01 crc]? [metadataSize][metadata][payload] */
+    const uint8_t *q = command_end;
+    if (frame_end - q >= 2 && qs_be16(q) == 0x0E02) Py_RETURN_NONE;
+    PyObject *checksum_ok = Py_None;
+    if (frame_end - q >= 2 && qs_be16(q) == 0x0E01) {
+        if (frame_end - q < 6) Py_RETURN_NONE;
+        uint32_t stored = qs_be32(q + 2), crc;
+        q += 6;
+        size_t n = (size_t)(frame_end - q);
+        if (n >= GIL_FREE_CRC_BYTES) {
+            Py_BEGIN_ALLOW_THREADS
+            crc = qs_crc32c(0, q, n);
+            Py_END_ALLOW_THREADS
+        } else {
+            crc = qs_crc32c(0, q, n);
+        }
+        checksum_ok = crc == stored ? Py_True : Py_False;
+    }
+    if (frame_end - q < 4) Py_RETURN_NONE;
+    uint32_t metadata_size = qs_be32(q);
+    const uint8_t *metadata = q + 4;
+    if (metadata_size > (size_t)(frame_end - metadata)) Py_RETURN_NONE;
+    if (check_metadata(metadata, metadata_size)) Py_RETURN_NONE;
+    const uint8_t *payload = metadata + metadata_size;
+    PyObject *raw = PyBytes_FromStringAndSize((const char *)metadata, (Py_ssize_t)metadata_size);
+    if (!raw) return NULL;
+    PyObject *parsed = PyObject_CallOneArg(parse_metadata, raw);
+    Py_DECREF(raw);
+    if (!parsed) return NULL;
+    PyObject *data = PyBytes_FromStringAndSize((const char *)payload, (Py_ssize_t)(frame_end - payload));
+    if (!data) {
+        Py_DECREF(parsed);
+        return NULL;
+    }
+    return Py_BuildValue("(iKLLkONN)", MESSAGE, (unsigned long long)values[1], (long long)ledger, (long long)entry,
+                         (unsigned long)(values[3] & 0xFFFFFFFFu), checksum_ok, parsed, data);
+}
+
+static PyObject *raw_event(size_t start, size_t end) { return Py_BuildValue("(inn)", 0, (Py_ssize_t)start, (Py_ssize_t)end); }
+
+PyDoc_STRVAR(read_frames_doc,
+"read_frames(buffer, start, max_frame_size, parse_metadata) -> (events, end)\n\n"
+"Decode the complete frames of buffer[start:]: SEND_RECEIPT -> (7, producer_id, sequence_id, ledger_id,\n"
+"entry_id); MESSAGE -> (9, consumer_id, ledger_id, entry_id, redelivery_count, checksum_ok,\n"
+"parse_metadata(metadata bytes), payload bytes); anything else, or not for the fast path -> (0, start, end),\n"
+"a whole frame for the FrameDecoder (the rest of the buffer when a length prefix is refused). buffer[end:]\n"
+"is an incomplete frame. Raises TypeError / ValueError / BufferError on bad arguments, or what\n"
+"parse_metadata raises. See quasar.client._incoming_py.");
+
+static PyObject *read_frames(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_Format(PyExc_TypeError, "read_frames takes 4 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    if (!PyLong_Check(args[1]) || !PyLong_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "start and max_frame_size must be ints");
+        return NULL;
+    }
+    if (!PyObject_CheckBuffer(args[0])) {
+        PyErr_Format(PyExc_TypeError, "buffer must be bytes-like, got %.100s", Py_TYPE(args[0])->tp_name);
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE)) return NULL;
+    PyObject *events = NULL, *result = NULL;
+    int overflow = 0;
+    long long start = PyLong_AsLongLongAndOverflow(args[1], &overflow);
+    if (start == -1 && PyErr_Occurred()) goto done;
+    if (overflow || start < 0 || start > (long long)view.len) {
+        PyErr_Format(PyExc_ValueError, "start %R is outside the %zd-byte buffer", args[1], view.len);
+        goto done;
+    }
+    long long max_frame = PyLong_AsLongLongAndOverflow(args[2], &overflow);
+    if (max_frame == -1 && PyErr_Occurred()) goto done;
+    if (overflow || max_frame < 0) {
+        PyErr_Format(PyExc_ValueError, "max_frame_size %R is out of range", args[2]);
+        goto done;
+    }
+    events = PyList_New(0);
+    if (!events) goto done;
+    const uint8_t *base = view.buf;
+    size_t size = (size_t)view.len, pos = (size_t)start;
+    while (size - pos >= 4) {
+        uint32_t total = qs_be32(base + pos);
+        PyObject *event;
+        size_t frame_end;
+        if ((long long)total > max_frame || total < 4) {
+            event = raw_event(pos, size);
+            frame_end = size;
+        } else {
+            if (size - pos - 4 < total) break;
+            frame_end = pos + 4 + total;
+            event = decode_frame(base + pos, 4 + (size_t)total, args[3]);
+            if (event == Py_None) {
+                Py_DECREF(event);
+                event = raw_event(pos, frame_end);
+            }
+        }
+        if (!event) goto done;
+        int rc = PyList_Append(events, event);
+        Py_DECREF(event);
+        if (rc) goto done;
+        pos = frame_end;
+    }
+    result = Py_BuildValue("(On)", events, (Py_ssize_t)pos);
+done:
+    Py_XDECREF(events);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"read_frames", (PyCFunction)(void (*)(void))read_frames, METH_FASTCALL, read_frames_doc},
+    {NULL},
+};
+
+static int exec_module(PyObject *module) {
+    qs_crc32c_init();
+    return 0;
+}
+
+static PyModuleDef_Slot slots[] = {{Py_mod_exec, exec_module}, {0, NULL}};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    "quasar.client._incoming_c",
+    "The client's receive fast path, compiled: twin of quasar.client._incoming_py (see its docstring).",
+    0,
+    methods,
+    slots,
+    NULL,
+    NULL,
+    NULL,
+};
+
+PyMODINIT_FUNC PyInit__incoming_c(void) { return PyModuleDef_Init(&module_def); }

@@ -1,0 +1,253 @@
+"""The client's receive fast path, pure Python: the twin of the compiled ``quasar.client._incoming_c`` (same
+API, same results, same exception classes; DESIGN.md "Compiled hot paths"). :mod:`quasar.client.codec` picks
+one.
+
+:func:`read_frames` cuts the complete frames of a received buffer (reference/pulsar-protocol.md §1) and decodes
+the two commands that arrive once per message, SEND_RECEIPT and MESSAGE, without protobuf objects for the
+command (C++ ``ClientConnection::handleIncomingCommand``). It is *conservative*: a frame is decoded here only
+when its command holds nothing but the fields listed below, each at most once and with its proto wire type, and
+(MESSAGE) its metadata passes the same checks as :func:`quasar.protocol.parse_headers_and_payload` (required
+fields present, strings valid UTF-8). Every other frame, and every malformed one, is handed back whole as a
+``raw`` event for :class:`quasar.protocol.FrameDecoder`, which decodes it or raises its protocol error, so the
+errors and every rare field stay the decoder's.
+
+Events, in stream order::
+
+    (0, start, end)                       raw: buffer[start:end] is one whole frame (or, when the length prefix
+                                          is refused, the rest of the buffer) for the FrameDecoder
+    (7, producer_id, sequence_id, ledger_id, entry_id)
+                                          SEND_RECEIPT{producer_id 1, sequence_id 2, message_id 3 (required
+                                          here), highest_sequence_id 4}; ids as signed int64 (``to_int64``)
+    (9, consumer_id, ledger_id, entry_id, redelivery_count, checksum_ok, metadata, payload)
+                                          MESSAGE{consumer_id 1, message_id 2, redelivery_count 3 (uint32),
+                                          consumer_epoch 5} (an ``ack_set`` goes raw) followed by
+                                          ``[0x0e01 crc]? [metadataSize][MessageMetadata][payload]`` (broker
+                                          entry metadata goes raw); checksum_ok: None without a checksum, else
+                                          whether the CRC-32C matches; metadata: ``parse_metadata(bytes)``;
+                                          payload: bytes
+
+MessageIdData here: ledgerId 1 and entryId 2 (required), partition 3, batch_index 4, batch_size 6 (varints).
+MessageMetadata here: every field of PulsarApi.proto except encryption (13-15), each with its wire type (a
+repeated field may repeat: properties 4, replicate_to 7; a KeyValue holds exactly key 1 and value 2), and a
+compression value 0..4.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from typing import Any
+
+from quasar.protocol import crc32c
+
+__all__ = ["read_frames"]
+
+_U32 = struct.Struct(">I")
+_U16 = struct.Struct(">H")
+_I64_MAX = (1 << 63) - 1
+_RAW, _RECEIPT, _MESSAGE = 0, 7, 9
+
+#: MessageMetadata field -> (wire type, kind): "once" scalars, "str" once + UTF-8, "strs" repeated UTF-8,
+#: "kv" repeated KeyValue, "enum" the compression 0..4.
+_METADATA_FIELDS: dict[int, tuple[int, str]] = {
+    1: (2, "str"), 2: (0, "once"), 3: (0, "once"), 4: (2, "kv"), 5: (2, "str"), 6: (2, "str"),
+    7: (2, "strs"), 8: (0, "enum"), 9: (0, "once"), 11: (0, "once"), 12: (0, "once"), 16: (2, "once"),
+    17: (0, "once"), 18: (2, "once"), 19: (0, "once"), 20: (0, "once"), 22: (0, "once"), 23: (0, "once"),
+    24: (0, "once"), 25: (0, "once"), 26: (2, "str"), 27: (0, "once"), 28: (0, "once"), 29: (0, "once"),
+    30: (0, "once"),
+}  # fmt: skip
+_ID_FIELDS = {1: 0, 2: 0, 3: 0, 4: 0, 6: 0}
+
+
+class _Bad(Exception):
+    """Not for the fast path (the frame goes raw)."""
+
+
+def _varint(data: memoryview, pos: int, end: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= end or shift >= 70:
+            raise _Bad
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            return value & 0xFFFFFFFFFFFFFFFF, pos
+
+
+def _fields(data: memoryview, pos: int, end: int) -> list[tuple[int, int, int, int]]:
+    """``(field, wire_type, value, value_end)`` of each field of a message; for wire type 2 ``value`` is the
+    start of its bytes. Only wire types 0 and 2 are accepted."""
+    fields = []
+    while pos < end:
+        tag, pos = _varint(data, pos, end)
+        field, wire = tag >> 3, tag & 7
+        if field == 0 or field > 536870911:
+            raise _Bad
+        if wire == 0:
+            value, pos = _varint(data, pos, end)
+            fields.append((field, 0, value, pos))
+        elif wire == 2:
+            size, pos = _varint(data, pos, end)
+            if size > end - pos:
+                raise _Bad
+            fields.append((field, 2, pos, pos + size))
+            pos += size
+        else:
+            raise _Bad
+    return fields
+
+
+def _strict(
+    fields: list[tuple[int, int, int, int]], allowed: dict[int, int], required: tuple[int, ...]
+) -> dict[int, tuple[int, int]]:
+    """The fields by number; each allowed once with its wire type, the required ones present."""
+    found: dict[int, tuple[int, int]] = {}
+    for field, wire, value, value_end in fields:
+        if allowed.get(field) != wire or field in found:
+            raise _Bad
+        found[field] = (value, value_end)
+    for field in required:
+        if field not in found:
+            raise _Bad
+    return found
+
+
+def _int64(value: int) -> int:
+    return value - (1 << 64) if value > _I64_MAX else value
+
+
+def _message_id(data: memoryview, start: int, end: int) -> tuple[int, int]:
+    found = _strict(_fields(data, start, end), _ID_FIELDS, (1, 2))
+    return _int64(found[1][0]), _int64(found[2][0])
+
+
+def _utf8(data: memoryview, start: int, end: int) -> None:
+    try:
+        bytes(data[start:end]).decode("utf-8")
+    except UnicodeDecodeError:
+        raise _Bad from None
+
+
+def _check_metadata(data: memoryview, start: int, end: int) -> None:
+    seen: set[int] = set()
+    for field, wire, value, value_end in _fields(data, start, end):
+        spec = _METADATA_FIELDS.get(field)
+        if spec is None or spec[0] != wire:
+            raise _Bad
+        kind = spec[1]
+        if kind in ("once", "str", "enum"):
+            if field in seen:
+                raise _Bad
+            seen.add(field)
+        if kind in ("str", "strs"):
+            _utf8(data, value, value_end)
+        elif kind == "kv":
+            pair = _strict(_fields(data, value, value_end), {1: 2, 2: 2}, (1, 2))
+            _utf8(data, *pair[1])
+            _utf8(data, *pair[2])
+        elif kind == "enum" and value > 4:
+            raise _Bad
+    if not {1, 2, 3} <= seen:
+        raise _Bad
+
+
+def _command(data: memoryview, start: int, end: int) -> tuple[int, int, int]:
+    """``(type, body_start, body_end)`` of a BaseCommand holding only ``type`` and its SEND_RECEIPT or MESSAGE."""
+    found = _strict(_fields(data, start, end), {1: 0, _RECEIPT: 2, _MESSAGE: 2}, (1,))
+    kind = found[1][0]
+    if kind not in (_RECEIPT, _MESSAGE) or set(found) != {1, kind}:
+        raise _Bad
+    return kind, found[kind][0], found[kind][1]
+
+
+def _frame(
+    data: memoryview, pos: int, frame_end: int, parse_metadata: Callable[[bytes], Any]
+) -> tuple[Any, ...]:
+    command_end = pos + 8 + _U32.unpack_from(data, pos + 4)[0]
+    if command_end > frame_end:
+        raise _Bad
+    kind, body, body_end = _command(data, pos + 8, command_end)
+    if kind == _RECEIPT:
+        found = _strict(_fields(data, body, body_end), {1: 0, 2: 0, 3: 2, 4: 0}, (1, 2, 3))
+        if command_end != frame_end:
+            raise _Bad
+        ledger_id, entry_id = _message_id(data, *found[3])
+        return (_RECEIPT, found[1][0], found[2][0], ledger_id, entry_id)
+    found = _strict(_fields(data, body, body_end), {1: 0, 2: 2, 3: 0, 5: 0}, (1, 2))
+    ledger_id, entry_id = _message_id(data, *found[2])
+    redelivery = found[3][0] & 0xFFFFFFFF if 3 in found else 0
+    pos = command_end
+    if frame_end - pos >= 2 and _U16.unpack_from(data, pos)[0] == 0x0E02:
+        raise _Bad
+    checksum_ok = None
+    if frame_end - pos >= 2 and _U16.unpack_from(data, pos)[0] == 0x0E01:
+        if frame_end - pos < 6:
+            raise _Bad
+        stored = _U32.unpack_from(data, pos + 2)[0]
+        pos += 6
+        checksum_ok = crc32c(data[pos:frame_end]) == stored
+    if frame_end - pos < 4:
+        raise _Bad
+    metadata_start = pos + 4
+    metadata_end = metadata_start + _U32.unpack_from(data, pos)[0]
+    if metadata_end > frame_end:
+        raise _Bad
+    _check_metadata(data, metadata_start, metadata_end)
+    metadata = parse_metadata(bytes(data[metadata_start:metadata_end]))
+    payload = bytes(data[metadata_end:frame_end])
+    return (_MESSAGE, found[1][0], ledger_id, entry_id, redelivery, checksum_ok, metadata, payload)
+
+
+def read_frames(
+    buffer: bytes | bytearray, start: int, max_frame_size: int, parse_metadata: Callable[[bytes], Any]
+) -> tuple[list[tuple[Any, ...]], int]:
+    """Decode the complete frames of ``buffer[start:]`` (see the module docstring).
+
+    Args:
+        buffer: received bytes (any C-contiguous bytes-like object).
+        start: where the first frame starts (0 <= start <= len(buffer)).
+        max_frame_size: the largest accepted totalSize; a frame whose length prefix exceeds it (or is below 4)
+            ends the scan with a raw event holding the rest of the buffer (the decoder then raises).
+        parse_metadata: called with each decoded MESSAGE's metadata bytes (e.g.
+            ``MessageMetadata.FromString``); what it returns goes into the event, what it raises propagates.
+
+    Returns:
+        ``(events, end)``: ``buffer[end:]`` is an incomplete frame (keep it for the next call).
+
+    Raises:
+        TypeError: ``buffer`` is not bytes-like, or an int argument is not an int. ValueError: ``start`` outside
+            the buffer, or a negative ``max_frame_size``. BufferError: ``buffer`` not C-contiguous.
+    """
+    if not isinstance(start, int) or not isinstance(max_frame_size, int):
+        raise TypeError("start and max_frame_size must be ints")
+    try:
+        data = memoryview(buffer)
+    except TypeError:
+        raise TypeError(f"buffer must be bytes-like, got {type(buffer).__name__}") from None
+    if not data.c_contiguous:
+        raise BufferError("buffer is not C-contiguous")
+    data = data.cast("B") if data.format != "B" or data.ndim != 1 else data
+    size = len(data)
+    if not 0 <= start <= size:
+        raise ValueError(f"start {start} is outside the {size}-byte buffer")
+    if not 0 <= max_frame_size <= _I64_MAX:
+        raise ValueError(f"max_frame_size {max_frame_size} is out of range")
+    events: list[tuple[Any, ...]] = []
+    pos = start
+    while size - pos >= 4:
+        total = _U32.unpack_from(data, pos)[0]
+        if total > max_frame_size or total < 4:
+            events.append((_RAW, pos, size))
+            pos = size
+            break
+        if size - pos < 4 + total:
+            break
+        frame_end = pos + 4 + total
+        try:
+            events.append(_frame(data, pos, frame_end, parse_metadata))
+        except _Bad:
+            events.append((_RAW, pos, frame_end))
+        pos = frame_end
+    return events, pos
