@@ -454,3 +454,24 @@ def test_receipt_completion_refuses_bad_arguments_alike() -> None:
         ([1], 1, 2, -1, 2**40, MessageId, asyncio.Future, fails),
     ):
         _same("complete_receipt", *args)
+
+
+# ----------------------------------------------------------------------------------------- acks --
+
+ID = st.one_of(st.integers(-(2**63), 2**64 - 1), st.sampled_from([-1, 0, 2**63, 2**64 - 1]))
+
+
+@SETTINGS
+@given(U64, st.integers(0, 1), st.lists(st.tuples(ID, ID), max_size=5))
+def test_ack_frame_is_the_protocol_layers(consumer_id: int, ack_type: int, entries: list[Any]) -> None:
+    kind, frame = _same("encode_ack", consumer_id, ack_type, entries)
+    assert kind == "ok"
+    assert frame == commands.new_ack(consumer_id, entries, ack_type)
+
+
+@SETTINGS
+@given(
+    JUNK, JUNK, st.one_of(JUNK, st.lists(st.one_of(JUNK, st.tuples(JUNK, JUNK), st.tuples(ID)), max_size=3))
+)
+def test_ack_refuses_bad_values_alike(consumer_id: Any, ack_type: Any, entries: Any) -> None:
+    _same("encode_ack", consumer_id, ack_type, entries)

@@ -6,6 +6,7 @@
  *   encode_metadata(18 args) -> bytes          serialized MessageMetadata
  *   encode_single_metadata(6 args) -> bytes    serialized SingleMessageMetadata of a batch item
  *   encode_send(7 args) -> bytes               a whole SEND frame with its CRC-32C
+ *   encode_ack(3 args) -> bytes                a grouped ACK frame of many entries
  *   BatchContainer                             the producer's open batch (one growing buffer, one waiter each)
  *   split_batch(7 args) -> (messages, skipped) a received batch cut into Message objects
  *   complete_receipt(8 args) -> None           a receipt's message ids handed to the waiters
@@ -398,6 +399,83 @@ static PyObject *encode_send(PyObject *module, PyObject *const *args, Py_ssize_t
 done:
     PyBuffer_Release(&view);
     return frame;
+}
+
+/* ------------------------------------------------------------------------------------ encode_ack -- */
+
+PyDoc_STRVAR(encode_ack_doc,
+"encode_ack(consumer_id, ack_type, entries) -> bytes\n\n"
+"A whole ACK frame (BaseCommand{type ACK, ack{consumer_id, ack_type, message_id{ledgerId, entryId} per\n"
+"entry}}), byte-identical to commands.new_ack(consumer_id, entries, ack_type). entries: a list of\n"
+"(ledger_id, entry_id) tuples of int64 or uint64. Raises TypeError / ValueError.");
+
+/* An id in [-2**63, 2**64): its uint64 wire value (two's complement for negatives). */
+static int get_id(PyObject *obj, const char *name, uint64_t *out) {
+    if (!PyLong_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s must be an int, got %.100s", name, Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    if (_PyLong_Sign(obj) < 0) {
+        long long v;
+        if (get_signed(obj, name, INT64_MIN, INT64_MAX, &v)) return -1;
+        *out = (uint64_t)v;
+        return 0;
+    }
+    return get_unsigned(obj, name, UINT64_MAX, out);
+}
+
+static PyObject *encode_ack(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "encode_ack takes 3 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    uint64_t consumer_id;
+    long long ack_type;
+    if (get_unsigned(args[0], "consumer_id", UINT64_MAX, &consumer_id)) return NULL;
+    if (get_signed(args[1], "ack_type", 0, 1, &ack_type)) return NULL;
+    PyObject *entries = args[2];
+    if (!PyList_Check(entries)) {
+        PyErr_Format(PyExc_TypeError, "entries must be a list, got %.100s", Py_TYPE(entries)->tp_name);
+        return NULL;
+    }
+    outbuf body = {0};
+    if (ob_tag(&body, 1, 0) || ob_varint(&body, consumer_id) || ob_tag(&body, 2, 0) ||
+        ob_varint(&body, (uint64_t)ack_type))
+        goto done;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(entries); i++) {
+        PyObject *item = PyList_GET_ITEM(entries, i);
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) {
+            PyErr_SetString(PyExc_TypeError, "each entry must be a (ledger_id, entry_id) tuple");
+            goto done;
+        }
+        uint64_t ledger, entry;
+        if (get_id(PyTuple_GET_ITEM(item, 0), "ledger_id", &ledger) ||
+            get_id(PyTuple_GET_ITEM(item, 1), "entry_id", &entry))
+            goto done;
+        size_t len = 2 + varint_size(ledger) + varint_size(entry);
+        if (ob_tag(&body, 3, 2) || ob_varint(&body, len) || ob_tag(&body, 1, 0) || ob_varint(&body, ledger) ||
+            ob_tag(&body, 2, 0) || ob_varint(&body, entry))
+            goto done;
+    }
+    size_t command = 1 + 1 + 1 + varint_size(body.len) + body.len;
+    if (command + 4 > U32_MAX_) {
+        PyErr_SetString(PyExc_ValueError, "ACK frame does not fit the u32 totalSize field");
+        goto done;
+    }
+    outbuf frame = {0};
+    uint8_t head[8];
+    qs_put_be32(head, (uint32_t)(command + 4));
+    qs_put_be32(head + 4, (uint32_t)command);
+    if (ob_put(&frame, head, 8) || ob_varint(&frame, 0x08) || ob_varint(&frame, 10) || ob_varint(&frame, 0x52) ||
+        ob_varint(&frame, body.len) || ob_put(&frame, body.p, body.len)) {
+        PyMem_Free(frame.p);
+        goto done;
+    }
+    PyMem_Free(body.p);
+    return finish(&frame, 0);
+done:
+    PyMem_Free(body.p);
+    return NULL;
 }
 
 /* ------------------------------------------------------------------------------ slots of classes -- */
@@ -923,6 +1001,7 @@ static PyMethodDef methods[] = {
     {"encode_single_metadata", (PyCFunction)(void (*)(void))encode_single_metadata, METH_FASTCALL,
      encode_single_metadata_doc},
     {"encode_send", (PyCFunction)(void (*)(void))encode_send, METH_FASTCALL, encode_send_doc},
+    {"encode_ack", (PyCFunction)(void (*)(void))encode_ack, METH_FASTCALL, encode_ack_doc},
     {"split_batch", (PyCFunction)(void (*)(void))split_batch, METH_FASTCALL, split_batch_doc},
     {"complete_receipt", (PyCFunction)(void (*)(void))complete_receipt, METH_FASTCALL, complete_receipt_doc},
     {NULL},

@@ -12,6 +12,7 @@ fields in field-number order):
 * :func:`split_batch`: a received batch payload cut into ``Message`` objects (C++ ``ConsumerImpl::
   receiveIndividualMessagesFromBatch``), each keeping its ``SingleMessageMetadata`` bytes.
 * :func:`complete_receipt`: a SEND_RECEIPT's message ids handed to the waiters of its messages.
+* :func:`encode_ack`: a grouped ACK frame of many entries (C++ ``Commands::newMultiMessageAck``).
 
 Errors: a value of the wrong type raises TypeError; an integer outside its protobuf field's range, or a
 malformed batch, raises ValueError (a UnicodeEncodeError, a ValueError, for a str that is not encodable).
@@ -28,6 +29,7 @@ from quasar.protocol import crc32c
 __all__ = [
     "BatchContainer",
     "complete_receipt",
+    "encode_ack",
     "encode_metadata",
     "encode_send",
     "encode_single_metadata",
@@ -276,6 +278,38 @@ def encode_send(
     crc = crc32c(payload, crc32c(size_and_metadata))
     head = _U32.pack(total) + _U32.pack(len(command)) + command + b"\x0e\x01" + _U32.pack(crc)
     return b"".join((head, size_and_metadata, payload))
+
+
+def encode_ack(consumer_id: int, ack_type: int, entries: list[tuple[int, int]]) -> bytes:
+    """A whole ACK frame ``[totalSize][commandSize][BaseCommand{type ACK, ack{consumer_id, ack_type, message_id
+    {ledgerId, entryId} per entry}}]``, byte-identical to ``commands.new_ack(consumer_id, entries, ack_type)``
+    (no ack sets, request id or validation error: the C++ client's grouped ACK).
+
+    Args:
+        consumer_id: uint64. ack_type: 0 Individual, 1 Cumulative. entries: a list of ``(ledger_id, entry_id)``
+            tuples, each id an int64 (a negative one goes out as its uint64 two's complement) or a uint64.
+
+    Raises:
+        TypeError: not a list of 2-tuples of ints. ValueError: a value out of range.
+    """
+    body = [
+        b"\x08" + _varint(_check_int("consumer_id", consumer_id, 0, _U64_MAX)),
+        b"\x10" + _varint(_check_int("ack_type", ack_type, 0, 1)),
+    ]
+    if not isinstance(entries, list):
+        raise TypeError(f"entries must be a list, got {type(entries).__name__}")
+    for item in entries:
+        if not isinstance(item, tuple) or len(item) != 2:
+            raise TypeError("each entry must be a (ledger_id, entry_id) tuple")
+        ledger_id = _check_int("ledger_id", item[0], _I64_MIN, _U64_MAX)
+        entry_id = _check_int("entry_id", item[1], _I64_MIN, _U64_MAX)
+        ids = b"\x08" + _varint(ledger_id) + b"\x10" + _varint(entry_id)
+        body.append(b"\x1a" + _varint(len(ids)) + ids)
+    ack = b"".join(body)
+    command = b"\x08\x0a\x52" + _varint(len(ack)) + ack
+    if len(command) + 4 > _U32_MAX:
+        raise ValueError("ACK frame does not fit the u32 totalSize field")
+    return _U32.pack(len(command) + 4) + _U32.pack(len(command)) + command
 
 
 class BatchContainer:

@@ -1,7 +1,7 @@
 /* quasar.client._incoming_c: the client's receive fast path, compiled (DESIGN.md "Compiled hot paths").
  *
  * Twin of quasar/client/_incoming_py.py: same API, same results, same exception classes; its docstring is the
- * specification. read_frames(buffer, start, max_frame_size, parse_metadata) -> (events, end) cuts the complete
+ * specification. read_frames(buffer, start, max_frame_size) -> (events, end) cuts the complete
  * frames of a received buffer and decodes SEND_RECEIPT and MESSAGE (the commands that arrive once per message)
  * without protobuf objects for the command; it is conservative: anything but the fields it knows, each once with
  * its wire type, and every malformed frame go back whole as raw events (0, start, end) for the protocol's
@@ -81,8 +81,16 @@ static int key_value(const uint8_t *p, size_t len) {
     return rc < 0 || seen != 6u ? -1 : 0;
 }
 
-/* The checks of the module docstring on a MessageMetadata: 0 when it is for the fast path, else -1. */
-static int check_metadata(const uint8_t *p, size_t len) {
+/* The routing fields of a MessageMetadata, as protobuf reads them (see the twin's docstring). */
+typedef struct {
+    int has_batch;
+    int32_t batch, chunks;
+    uint32_t compression, uncompressed;
+} routing_t;
+
+/* The checks of the module docstring on a MessageMetadata: 0 (and *r filled) when it is for the fast path,
+ * else -1. */
+static int check_metadata(const uint8_t *p, size_t len, routing_t *r) {
     qs_pb_cursor c = {p, p + len};
     field_t f;
     uint32_t seen = 0;
@@ -98,13 +106,20 @@ static int check_metadata(const uint8_t *p, size_t len) {
         if ((kind == K_STR || kind == K_STRS) && !qs_utf8_valid(f.data, f.len)) return -1;
         if (kind == K_KV && key_value(f.data, f.len)) return -1;
         if (kind == K_ENUM && f.value > 4) return -1;
+        if (f.field == 8) r->compression = (uint32_t)f.value;
+        if (f.field == 9) r->uncompressed = (uint32_t)f.value;
+        if (f.field == 11) {
+            r->has_batch = 1;
+            r->batch = (int32_t)(uint32_t)f.value;
+        }
+        if (f.field == 27) r->chunks = (int32_t)(uint32_t)f.value;
     }
     return rc < 0 || (seen & 0xEu) != 0xEu ? -1 : 0;
 }
 
 /* The event of the frame [p, p+size) (its length prefix included), a new reference; Py_None (a new reference)
- * when it goes raw; NULL with an exception when parse_metadata or an allocation fails. */
-static PyObject *decode_frame(const uint8_t *p, size_t size, PyObject *parse_metadata) {
+ * when it goes raw; NULL with an exception when an allocation fails. */
+static PyObject *decode_frame(const uint8_t *p, size_t size) {
     const uint8_t *frame_end = p + size;
     uint32_t command_size = qs_be32(p + 4);
     if (command_size > size - 8) Py_RETURN_NONE;
@@ -187,36 +202,41 @@ static PyObject *decode_frame(const uint8_t *p, size_t size, PyObject *parse_met
     uint32_t metadata_size = qs_be32(q);
     const uint8_t *metadata = q + 4;
     if (metadata_size > (size_t)(frame_end - metadata)) Py_RETURN_NONE;
-    if (check_metadata(metadata, metadata_size)) Py_RETURN_NONE;
+    routing_t r = {0};
+    if (check_metadata(metadata, metadata_size, &r)) Py_RETURN_NONE;
     const uint8_t *payload = metadata + metadata_size;
     PyObject *raw = PyBytes_FromStringAndSize((const char *)metadata, (Py_ssize_t)metadata_size);
     if (!raw) return NULL;
-    PyObject *parsed = PyObject_CallOneArg(parse_metadata, raw);
-    Py_DECREF(raw);
-    if (!parsed) return NULL;
     PyObject *data = PyBytes_FromStringAndSize((const char *)payload, (Py_ssize_t)(frame_end - payload));
     if (!data) {
-        Py_DECREF(parsed);
+        Py_DECREF(raw);
         return NULL;
     }
-    return Py_BuildValue("(iKLLkONN)", MESSAGE, (unsigned long long)values[1], (long long)ledger, (long long)entry,
-                         (unsigned long)(values[3] & 0xFFFFFFFFu), checksum_ok, parsed, data);
+    PyObject *batch = r.has_batch ? PyLong_FromLong(r.batch) : (Py_INCREF(Py_None), Py_None);
+    if (!batch) {
+        Py_DECREF(raw);
+        Py_DECREF(data);
+        return NULL;
+    }
+    return Py_BuildValue("(iKLLkONNNikk)", MESSAGE, (unsigned long long)values[1], (long long)ledger,
+                         (long long)entry, (unsigned long)(values[3] & 0xFFFFFFFFu), checksum_ok, raw, data, batch,
+                         (int)r.chunks, (unsigned long)r.compression, (unsigned long)r.uncompressed);
 }
 
 static PyObject *raw_event(size_t start, size_t end) { return Py_BuildValue("(inn)", 0, (Py_ssize_t)start, (Py_ssize_t)end); }
 
 PyDoc_STRVAR(read_frames_doc,
-"read_frames(buffer, start, max_frame_size, parse_metadata) -> (events, end)\n\n"
+"read_frames(buffer, start, max_frame_size) -> (events, end)\n\n"
 "Decode the complete frames of buffer[start:]: SEND_RECEIPT -> (7, producer_id, sequence_id, ledger_id,\n"
-"entry_id); MESSAGE -> (9, consumer_id, ledger_id, entry_id, redelivery_count, checksum_ok,\n"
-"parse_metadata(metadata bytes), payload bytes); anything else, or not for the fast path -> (0, start, end),\n"
-"a whole frame for the FrameDecoder (the rest of the buffer when a length prefix is refused). buffer[end:]\n"
-"is an incomplete frame. Raises TypeError / ValueError / BufferError on bad arguments, or what\n"
-"parse_metadata raises. See quasar.client._incoming_py.");
+"entry_id); MESSAGE -> (9, consumer_id, ledger_id, entry_id, redelivery_count, checksum_ok, metadata bytes,\n"
+"payload bytes, num_messages_in_batch or None, num_chunks_from_msg, compression, uncompressed_size);\n"
+"anything else, or not for the fast path -> (0, start, end), a whole frame for the FrameDecoder (the rest of\n"
+"the buffer when a length prefix is refused). buffer[end:] is an incomplete frame. Raises TypeError /\n"
+"ValueError / BufferError on bad arguments. See quasar.client._incoming_py.");
 
 static PyObject *read_frames(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 4) {
-        PyErr_Format(PyExc_TypeError, "read_frames takes 4 arguments (%zd given)", nargs);
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "read_frames takes 3 arguments (%zd given)", nargs);
         return NULL;
     }
     if (!PyLong_Check(args[1]) || !PyLong_Check(args[2])) {
@@ -257,7 +277,7 @@ static PyObject *read_frames(PyObject *module, PyObject *const *args, Py_ssize_t
         } else {
             if (size - pos - 4 < total) break;
             frame_end = pos + 4 + total;
-            event = decode_frame(base + pos, 4 + (size_t)total, args[3]);
+            event = decode_frame(base + pos, 4 + (size_t)total);
             if (event == Py_None) {
                 Py_DECREF(event);
                 event = raw_event(pos, frame_end);

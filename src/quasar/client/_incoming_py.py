@@ -18,13 +18,17 @@ Events, in stream order::
     (7, producer_id, sequence_id, ledger_id, entry_id)
                                           SEND_RECEIPT{producer_id 1, sequence_id 2, message_id 3 (required
                                           here), highest_sequence_id 4}; ids as signed int64 (``to_int64``)
-    (9, consumer_id, ledger_id, entry_id, redelivery_count, checksum_ok, metadata, payload)
+    (9, consumer_id, ledger_id, entry_id, redelivery_count, checksum_ok, metadata, payload,
+     num_messages_in_batch, num_chunks_from_msg, compression, uncompressed_size)
                                           MESSAGE{consumer_id 1, message_id 2, redelivery_count 3 (uint32),
                                           consumer_epoch 5} (an ``ack_set`` goes raw) followed by
                                           ``[0x0e01 crc]? [metadataSize][MessageMetadata][payload]`` (broker
                                           entry metadata goes raw); checksum_ok: None without a checksum, else
-                                          whether the CRC-32C matches; metadata: ``parse_metadata(bytes)``;
-                                          payload: bytes
+                                          whether the CRC-32C matches; metadata: its bytes (checked: protobuf
+                                          parses them); payload: bytes; then the metadata fields the consumer
+                                          routes by, as protobuf reads them: num_messages_in_batch (int32, None
+                                          when absent), num_chunks_from_msg (int32), compression (0..4),
+                                          uncompressed_size (uint32), 0 when absent
 
 MessageIdData here: ledgerId 1 and entryId 2 (required), partition 3, batch_index 4, batch_size 6 (varints).
 MessageMetadata here: every field of PulsarApi.proto except encryption (13-15), each with its wire type (a
@@ -35,7 +39,6 @@ compression value 0..4.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
 from typing import Any
 
 from quasar.protocol import crc32c
@@ -130,8 +133,15 @@ def _utf8(data: memoryview, start: int, end: int) -> None:
         raise _Bad from None
 
 
-def _check_metadata(data: memoryview, start: int, end: int) -> None:
+def _int32(value: int) -> int:
+    value &= 0xFFFFFFFF
+    return value - (1 << 32) if value > 0x7FFFFFFF else value
+
+
+def _check_metadata(data: memoryview, start: int, end: int) -> tuple[int | None, int, int, int]:
+    """Raise _Bad unless the metadata is for the fast path; else its routing fields (see the docstring)."""
     seen: set[int] = set()
+    routing: dict[int, int] = {}
     for field, wire, value, value_end in _fields(data, start, end):
         spec = _METADATA_FIELDS.get(field)
         if spec is None or spec[0] != wire:
@@ -149,8 +159,12 @@ def _check_metadata(data: memoryview, start: int, end: int) -> None:
             _utf8(data, *pair[2])
         elif kind == "enum" and value > 4:
             raise _Bad
+        if field in (8, 9, 11, 27):
+            routing[field] = value
     if not {1, 2, 3} <= seen:
         raise _Bad
+    batch = _int32(routing[11]) if 11 in routing else None
+    return batch, _int32(routing.get(27, 0)), routing.get(8, 0), routing.get(9, 0) & 0xFFFFFFFF
 
 
 def _command(data: memoryview, start: int, end: int) -> tuple[int, int, int]:
@@ -162,9 +176,7 @@ def _command(data: memoryview, start: int, end: int) -> tuple[int, int, int]:
     return kind, found[kind][0], found[kind][1]
 
 
-def _frame(
-    data: memoryview, pos: int, frame_end: int, parse_metadata: Callable[[bytes], Any]
-) -> tuple[Any, ...]:
+def _frame(data: memoryview, pos: int, frame_end: int) -> tuple[Any, ...]:
     command_end = pos + 8 + _U32.unpack_from(data, pos + 4)[0]
     if command_end > frame_end:
         raise _Bad
@@ -194,14 +206,14 @@ def _frame(
     metadata_end = metadata_start + _U32.unpack_from(data, pos)[0]
     if metadata_end > frame_end:
         raise _Bad
-    _check_metadata(data, metadata_start, metadata_end)
-    metadata = parse_metadata(bytes(data[metadata_start:metadata_end]))
+    routing = _check_metadata(data, metadata_start, metadata_end)
+    metadata = bytes(data[metadata_start:metadata_end])
     payload = bytes(data[metadata_end:frame_end])
-    return (_MESSAGE, found[1][0], ledger_id, entry_id, redelivery, checksum_ok, metadata, payload)
+    return (_MESSAGE, found[1][0], ledger_id, entry_id, redelivery, checksum_ok, metadata, payload, *routing)
 
 
 def read_frames(
-    buffer: bytes | bytearray, start: int, max_frame_size: int, parse_metadata: Callable[[bytes], Any]
+    buffer: bytes | bytearray, start: int, max_frame_size: int
 ) -> tuple[list[tuple[Any, ...]], int]:
     """Decode the complete frames of ``buffer[start:]`` (see the module docstring).
 
@@ -210,8 +222,6 @@ def read_frames(
         start: where the first frame starts (0 <= start <= len(buffer)).
         max_frame_size: the largest accepted totalSize; a frame whose length prefix exceeds it (or is below 4)
             ends the scan with a raw event holding the rest of the buffer (the decoder then raises).
-        parse_metadata: called with each decoded MESSAGE's metadata bytes (e.g.
-            ``MessageMetadata.FromString``); what it returns goes into the event, what it raises propagates.
 
     Returns:
         ``(events, end)``: ``buffer[end:]`` is an incomplete frame (keep it for the next call).
@@ -246,7 +256,7 @@ def read_frames(
             break
         frame_end = pos + 4 + total
         try:
-            events.append(_frame(data, pos, frame_end, parse_metadata))
+            events.append(_frame(data, pos, frame_end))
         except _Bad:
             events.append((_RAW, pos, frame_end))
         pos = frame_end

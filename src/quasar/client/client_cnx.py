@@ -46,7 +46,6 @@ from quasar.protocol import (
     FrameDecoder,
     ProtocolError,
     commands,
-    pb,
 )
 from quasar.protocol.ack_set import to_int64
 
@@ -61,7 +60,6 @@ log = logging.getLogger("quasar.client")
 #: ``client_version`` sent in CONNECT.
 CLIENT_VERSION = "Quasar-Python-Client"
 
-_parse_metadata = pb.MessageMetadata.FromString
 _RECEIPT = CommandType.SEND_RECEIPT.value
 _MESSAGE = CommandType.MESSAGE.value
 _LOOKUP_FAILED = 2
@@ -114,12 +112,17 @@ class ConsumerHandler(Protocol):
         entry_id: int,
         redelivery_count: int,
         checksum_ok: bool | None,
-        metadata: Any,
+        metadata: bytes,
         payload: bytes,
+        num_messages_in_batch: int | None,
+        num_chunks_from_msg: int,
+        compression: int,
+        uncompressed_size: int,
     ) -> None:
         """A MESSAGE addressed to the consumer, decoded by the fast path (no ack_set; see
         :func:`quasar.client.codec.read_frames`): position, redelivery count, whether the CRC matched (None: no
-        checksum), the parsed MessageMetadata and the payload bytes."""
+        checksum), the MessageMetadata bytes (checked: they parse), the payload bytes and the metadata fields
+        the consumer routes by."""
 
     def on_connection_closed(self, cnx: ClientCnx) -> None:
         """``cnx`` is gone, or the broker sent CLOSE_CONSUMER (the consumer is no longer registered)."""
@@ -302,7 +305,7 @@ class ClientCnx(asyncio.Protocol):
             buffer = data
         end = 0
         try:
-            events, end = _read_frames(buffer, 0, self._decoder.max_frame_size, _parse_metadata)
+            events, end = _read_frames(buffer, 0, self._decoder.max_frame_size)
             if events:
                 self._ping_pending = False
                 self._dispatch(events, buffer)
@@ -327,7 +330,7 @@ class ClientCnx(asyncio.Protocol):
             elif kind == _MESSAGE:
                 consumer = consumers.get(event[1])
                 if consumer is not None:
-                    consumer.on_message_parts(event[2], event[3], event[4], event[5], event[6], event[7])
+                    consumer.on_message_parts(*event[2:])
             else:
                 self._decode(buffer[event[1] : event[2]])
 

@@ -4,11 +4,11 @@ twins; DESIGN.md "Compiled hot paths"). The twins' docstrings are the specificat
 the twins.
 
 What runs here per message: the batch container (:class:`BatchContainer`, a SingleMessageMetadata and the item
-appended to one buffer), the SEND frame (:func:`encode_metadata`, :func:`encode_send`: MessageMetadata,
-command and CRC-32C in one call), the batch split on receive (:func:`split_batch`, Message objects built without
-``__init__``), receipts (:func:`complete_receipt`, one MessageId per waiter) and the frames that arrive once per
-message (:func:`read_frames`: SEND_RECEIPT and MESSAGE decoded without protobuf command objects, everything else
-handed whole to the protocol's FrameDecoder).
+appended to one buffer), the SEND frame (:func:`encode_metadata`, :func:`encode_send`: MessageMetadata, command
+and CRC-32C in one call), the batch split on receive (:func:`split_batch`, Message objects built without
+``__init__``), receipts (:func:`complete_receipt`, one MessageId per waiter), grouped acks (:func:`encode_ack`)
+and the frames that arrive once per message (:func:`read_frames`: SEND_RECEIPT and MESSAGE decoded without
+protobuf command objects, everything else handed whole to the protocol's FrameDecoder).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from quasar.native import load_twin
 __all__ = [
     "BatchContainer",
     "complete_receipt",
+    "encode_ack",
     "encode_metadata",
     "encode_send",
     "encode_single_metadata",
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from ._codec_py import (
         BatchContainer,
         complete_receipt,
+        encode_ack,
         encode_metadata,
         encode_send,
         encode_single_metadata,
@@ -41,6 +43,7 @@ else:
     _impl = load_twin("quasar.client._codec")
     BatchContainer = _impl.BatchContainer
     complete_receipt = _impl.complete_receipt
+    encode_ack = _impl.encode_ack
     encode_metadata = _impl.encode_metadata
     encode_send = _impl.encode_send
     encode_single_metadata = _impl.encode_single_metadata

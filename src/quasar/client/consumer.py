@@ -40,6 +40,7 @@ from quasar.protocol import (
     commands,
     decompress,
     parse_headers_and_payload,
+    pb,
 )
 from quasar.protocol.ack_set import ack_set_bits, to_int64
 
@@ -69,6 +70,7 @@ _DECOMPRESSION_ERROR = 1
 _CHECKSUM_MISMATCH = 2
 _BATCH_DESERIALIZE_ERROR = 3
 _SHARED_TYPES = frozenset({SubType.Shared, SubType.Key_Shared})
+_parse_metadata = pb.MessageMetadata.FromString
 
 
 class Consumer:
@@ -285,9 +287,12 @@ class Consumer:
             log.warning("bad metadata on %s %d:%d: %s", self.topic, ledger_id, entry_id, exc)
             self._discard((ledger_id, entry_id), _BATCH_DESERIALIZE_ERROR)
             return
+        md = parsed.metadata
+        batch = md.num_messages_in_batch if md.HasField("num_messages_in_batch") else None
         self._on_entry(
-            ledger_id, entry_id, cmd.redelivery_count, cmd.ack_set, parsed.metadata, parsed.payload
-        )
+            ledger_id, entry_id, cmd.redelivery_count, cmd.ack_set, md, parsed.payload, batch,
+            md.num_chunks_from_msg, md.compression, md.uncompressed_size,
+        )  # fmt: skip
 
     def on_message_parts(
         self,
@@ -295,15 +300,23 @@ class Consumer:
         entry_id: int,
         redelivery_count: int,
         checksum_ok: bool | None,
-        metadata: Any,
+        metadata: bytes,
         payload: bytes,
+        num_messages_in_batch: int | None,
+        num_chunks_from_msg: int,
+        compression: int,
+        uncompressed_size: int,
     ) -> None:
-        """Connection port: a MESSAGE for this consumer decoded by the connection's fast path (no ack_set, the
-        metadata parsed and checked as ``parse_headers_and_payload`` does); its messages are queued."""
+        """Connection port: a MESSAGE for this consumer decoded by the connection's fast path (no ack_set; the
+        metadata bytes checked as ``parse_headers_and_payload`` does, parsed only when an accessor needs them,
+        and the fields routed by); its messages are queued."""
         if checksum_ok is False:
             self._checksum_mismatch(ledger_id, entry_id)
             return
-        self._on_entry(ledger_id, entry_id, redelivery_count, None, metadata, payload)
+        self._on_entry(
+            ledger_id, entry_id, redelivery_count, None, metadata, payload, num_messages_in_batch,
+            num_chunks_from_msg, compression, uncompressed_size,
+        )  # fmt: skip
 
     def _checksum_mismatch(self, ledger_id: int, entry_id: int) -> None:
         log.warning("checksum mismatch on %s %d:%d; discarding", self.topic, ledger_id, entry_id)
@@ -317,22 +330,30 @@ class Consumer:
         ack_set: Any,
         metadata: Any,
         payload: bytes | memoryview,
+        batch: int | None,
+        chunks: int,
+        compression: int,
+        uncompressed_size: int,
     ) -> None:
-        is_batch = metadata.HasField("num_messages_in_batch")
+        """One entry: ``metadata`` parsed or its bytes (see :class:`ReceivedEntry`); ``batch`` its
+        num_messages_in_batch (None: not a batch), then num_chunks_from_msg, compression, uncompressed_size."""
+        is_batch = batch is not None
         chunk_ids = None
-        if not is_batch and metadata.num_chunks_from_msg > 1:
+        if not is_batch and chunks > 1:
+            if metadata.__class__ is bytes:
+                metadata = _parse_metadata(metadata)
             done = self._add_chunk(metadata, payload, ledger_id, entry_id)
             if done is None:
                 return
             payload, chunk_ids = done.payload, done.chunk_ids
-        if metadata.compression:
+        if compression:
             try:
-                payload = decompress(metadata.compression, payload, metadata.uncompressed_size)
+                payload = decompress(compression, payload, uncompressed_size)
             except ProtocolError as exc:
                 log.warning("cannot decompress %s %d:%d: %s", self.topic, ledger_id, entry_id, exc)
                 self._discard((ledger_id, entry_id), _DECOMPRESSION_ERROR)
                 return
-        count = metadata.num_messages_in_batch if is_batch else 0
+        count = batch if batch is not None else 0
         entry = ReceivedEntry(
             ledger_id,
             entry_id,

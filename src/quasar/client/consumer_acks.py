@@ -19,6 +19,7 @@ from quasar.protocol.ack_set import ack_set_words
 
 from .ack_grouping import AckGroupingTracker, BatchAcker
 from .client_cnx import ClientCnx
+from .codec import encode_ack as _encode_ack
 from .config import ConsumerConfig
 from .errors import AlreadyClosedError
 from .message import Message
@@ -220,8 +221,11 @@ class Acknowledger:
         if cnx is None:
             return
         for ack in self.grouping.flush():
-            sets = ack.ack_sets if any(s is not None for s in ack.ack_sets) else None
-            cnx.write(commands.new_ack(self._consumer_id, ack.entries, ack.ack_type, ack_sets=sets))
+            if any(s is not None for s in ack.ack_sets):
+                frame = commands.new_ack(self._consumer_id, ack.entries, ack.ack_type, ack_sets=ack.ack_sets)
+            else:  # whole entries only: the compiled encoder (one call for the group)
+                frame = _encode_ack(self._consumer_id, int(ack.ack_type), ack.entries)
+            cnx.write(frame)
 
     async def flush_with_receipt(self) -> None:
         """Send the pending acks with request ids and wait for each ACK_RESPONSE (``ack_receipt_enabled``).

@@ -225,13 +225,13 @@ class ReceivedEntry:
     """
 
     __slots__ = (
+        "_metadata",
         "batch_size",
         "consumer",
         "entry_id",
         "flow",
         "key",
         "ledger_id",
-        "metadata",
         "partition",
         "redelivery_count",
         "topic",
@@ -244,7 +244,7 @@ class ReceivedEntry:
         partition: int,
         batch_size: int,
         topic: str,
-        metadata: pb.MessageMetadata,
+        metadata: pb.MessageMetadata | bytes,
         redelivery_count: int,
         consumer: Any,
         flow: Any = None,
@@ -255,10 +255,18 @@ class ReceivedEntry:
         self.partition = partition
         self.batch_size = batch_size
         self.topic = topic
-        self.metadata = metadata
+        self._metadata = metadata
         self.redelivery_count = redelivery_count
         self.consumer = consumer
         self.flow = flow
+
+    @property
+    def metadata(self) -> pb.MessageMetadata:
+        """The entry's ``MessageMetadata`` (parsed on the first read when it was given as bytes)."""
+        metadata = self._metadata
+        if isinstance(metadata, bytes):
+            metadata = self._metadata = _parse_metadata(metadata)
+        return metadata
 
 
 class Message:
@@ -367,6 +375,7 @@ class Message:
 
 
 _parse_single = pb.SingleMessageMetadata.FromString
+_parse_metadata = pb.MessageMetadata.FromString
 
 
 def unpack_batch(
