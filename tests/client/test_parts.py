@@ -35,6 +35,8 @@ class FakeCnx:
         while (frame := self.decoder.next_frame()) is not NEED_DATA:
             self.frames.append(frame)
 
+    write_now = write
+
     def commands(self, name: str) -> list:
         return [getattr(f.command, name) for f in self.frames if f.command.HasField(name)]
 

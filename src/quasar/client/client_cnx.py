@@ -20,9 +20,10 @@ Follows the C++ ``ClientConnection`` / Java ``ClientCnx`` (reference/pulsar-prot
   :class:`~quasar.protocol.FrameDecoder` for every other frame and any the fast path refuses (the decoder's
   protocol errors close the connection, as before).
 * Frames are written once per event-loop turn: :meth:`ClientCnx.write` queues a frame and the first one of a
-  turn schedules one ``transport.writelines`` of everything queued (``call_soon``), so a burst of sends, acks or
-  flows costs one system call instead of one per frame (the C++ client's write queue does the same); order is
-  kept, and :meth:`ClientCnx.close` writes what is queued before closing.
+  turn schedules one ``transport.writelines`` of everything queued (``call_soon``), so a burst of sends or acks
+  costs one system call instead of one per frame (the C++ client's write queue does the same); 32 KiB queued
+  are written at once (a long burst keeps the broker busy), a FLOW goes out at once (:meth:`ClientCnx.write_now`);
+  order is kept, and :meth:`ClientCnx.close` writes what is queued before closing.
 * Any event loop works: the transport is checked for what the connection uses (:class:`StreamTransport`), not
   for its class, because uvloop's ``TCPTransport`` has the methods of ``asyncio.Transport`` without subclassing
   it. A handshake that fails (refused, reset, a transport that cannot write, a bad first frame) is reported with
@@ -60,6 +61,8 @@ log = logging.getLogger("quasar.client")
 #: ``client_version`` sent in CONNECT.
 CLIENT_VERSION = "Quasar-Python-Client"
 
+#: Queued bytes that are written at once instead of at the next event-loop turn.
+_WRITE_NOW_BYTES = 32 * 1024
 _RECEIPT = CommandType.SEND_RECEIPT.value
 _MESSAGE = CommandType.MESSAGE.value
 _LOOKUP_FAILED = 2
@@ -163,7 +166,8 @@ class ClientCnx(asyncio.Protocol):
         self._producers: dict[int, ProducerHandler] = {}
         self._consumers: dict[int, ConsumerHandler] = {}
         self._ping_pending = False
-        self._out: list[bytes] = []
+        self._out: list[bytes] = []  # frames queued for the next writelines
+        self._out_bytes = 0
         self._in = bytearray()  # an incomplete frame received so far
         self._tasks = TaskOwner(f"cnx {address[0]}:{address[1]}")
         self._close_reason: BaseException | None = None
@@ -384,21 +388,32 @@ class ClientCnx(asyncio.Protocol):
     # ----------------------------------------------------------------------------------- sending --
 
     def write(self, data: bytes) -> None:
-        """Queue one encoded frame; every frame queued during this event-loop turn goes out in one
-        ``writelines`` at the next turn, in order (dropped silently if the connection is closing: the owner
-        resends)."""
+        """Queue one encoded frame; the frames queued during this event-loop turn go out in one ``writelines``
+        at the next turn, in order, or at once when ``_WRITE_NOW_BYTES`` are queued (so a long burst keeps the
+        broker busy instead of waiting for the burst to end). Dropped silently if the connection is closing:
+        the owner resends."""
         transport = self._transport
         if transport is not None and not transport.is_closing():
             out = self._out
             if not out:
                 self._loop.call_soon(self._write_queued)
             out.append(data)
+            self._out_bytes += len(data)
+            if self._out_bytes >= _WRITE_NOW_BYTES:
+                self._write_queued()
+
+    def write_now(self, data: bytes) -> None:
+        """Write one frame now, after whatever is queued (FLOW: the broker must not wait for the end of this
+        event-loop turn to dispatch more)."""
+        self.write(data)
+        self._write_queued()
 
     def _write_queued(self) -> None:
         out = self._out
         if not out:
             return
         self._out = []
+        self._out_bytes = 0
         transport = self._transport
         if transport is not None and not transport.is_closing():
             transport.writelines(out)

@@ -61,7 +61,7 @@ class FlowControl:
         self._cnx = cnx
         self.permits = 0
         if self._queue_size > 0:
-            cnx.write(commands.new_flow(self._consumer_id, self._queue_size))
+            cnx.write_now(commands.new_flow(self._consumer_id, self._queue_size))
 
     def detach(self) -> None:
         """The connection is gone: permits keep counting and go out after the next :meth:`attach`."""
@@ -94,10 +94,10 @@ class FlowControl:
         if self.permits >= self._refill:
             cnx = self._cnx
             if cnx is not None:
-                cnx.write(commands.new_flow(self._consumer_id, self.permits))
+                cnx.write_now(commands.new_flow(self._consumer_id, self.permits))
                 self.permits = 0
 
     def on_empty_receive(self) -> None:
         """A receive found nothing queued: a zero-queue consumer asks for one message (FLOW(1))."""
         if self._queue_size == 0 and self._cnx is not None:
-            self._cnx.write(commands.new_flow(self._consumer_id, 1))
+            self._cnx.write_now(commands.new_flow(self._consumer_id, 1))
