@@ -45,6 +45,7 @@ from quasar.storage.record import (
     encode_blank_into,
     header_middle,
     pack_record_into,
+    pack_records_into,
     record_tail,
     topic_field,
 )
@@ -238,16 +239,17 @@ class CommitLog:
         store_timestamp: int,
         born_timestamp: int,
         sys_flag: int = 0,
-    ) -> tuple[AppendMessageStatus, list[int]]:
+    ) -> tuple[AppendMessageStatus, tuple[int, ...]]:
         """Append one ordinary record per body, queue offsets ``queue_offset, queue_offset + 1, ...``, all in
         ONE segment (RocketMQ ``CommitLog.putMessages`` / ``doAppend(MessageExtBatch)``): when the whole batch
         plus 8 bytes does not fit the current segment, the blank record ends it and the batch goes to the
-        next one. Arguments as :meth:`append_one`; each record is written by the same encoder
-        (:func:`~quasar.storage.record.pack_record_into`), and they become visible together
-        (``wrote_position`` moves once, after the last).
+        next one. Arguments as :meth:`append_one`; the records are written by one call of the same encoder
+        (:data:`~quasar.storage.record.pack_records_into`: the bytes ``append_one`` would write for each,
+        compiled, the GIL released for 64 KiB or more), and they become visible together (``wrote_position``
+        moves once, after the last).
 
-        Returns ``(PUT_OK, [offset of each record])``; ``(MESSAGE_SIZE_EXCEEDED, [])`` when the batch can
-        never fit in one segment, ``(CREATE_MAPPED_FILE_FAILED, [])``. Raises :class:`InvalidMessageError`
+        Returns ``(PUT_OK, (offset of each record))``; ``(MESSAGE_SIZE_EXCEEDED, ())`` when the batch can
+        never fit in one segment, ``(CREATE_MAPPED_FILE_FAILED, ())``. Raises :class:`InvalidMessageError`
         (nothing written) for a field out of range and :class:`DiskFullError` (nothing written).
         """
         total = (BODY_POSITION + len(tail) + self._reserved) * len(bodies) + sum(map(len, bodies))
@@ -257,41 +259,25 @@ class CommitLog:
         ):
             rolled = self._file_for(total)
             if isinstance(rolled, AppendMessageStatus):
-                return rolled, []
+                return rolled, ()
             mapped_file = rolled
         middle = self._header_middle(store_timestamp, born_timestamp, sys_flag)
         start = mapped_file.wrote_position
         if start + total > mapped_file.reserved_position:
             self._reserve(mapped_file, start + total)
-        buf = mapped_file.buffer
-        base = mapped_file.file_from_offset
-        append_prop_crc = self.append_prop_crc
-        pack = pack_record_into
-        offsets: list[int] = []
-        add_offset = offsets.append
-        position = start
-        try:
-            for body in bodies:
-                offset = base + position
-                add_offset(offset)
-                position = pack(
-                    buf,
-                    position,
-                    offset,
-                    magic,
-                    queue_flag,
-                    queue_offset,
-                    middle,
-                    body,
-                    tail,
-                    append_prop_crc,
-                )
-                queue_offset += 1
-        except InvalidMessageError:
-            end = min(start + total, mapped_file.file_size)  # nothing past wrote_position may look valid
-            buf[start:end] = bytes(end - start)
-            raise
-        mapped_file.wrote_position = mapped_file.committed_position = position
+        end, offsets = pack_records_into(
+            mapped_file.buffer,
+            start,
+            mapped_file.file_from_offset,
+            magic,
+            queue_flag,
+            queue_offset,
+            middle,
+            bodies,
+            tail,
+            self.append_prop_crc,
+        )
+        mapped_file.wrote_position = mapped_file.committed_position = end
         return AppendMessageStatus.PUT_OK, offsets
 
     def _file_for(self, total: int) -> MappedFile | AppendMessageStatus:

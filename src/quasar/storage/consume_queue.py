@@ -24,10 +24,12 @@ import hashlib
 import logging
 import os
 import struct
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 from urllib.parse import quote, unquote
 
+from quasar.native import load_twin
 from quasar.storage.errors import ConsumeQueueGapError, StoreLoadError
 from quasar.storage.mapped_file import OS_PAGE_SIZE, MappedFile, fsync_dir
 from quasar.storage.mapped_file_queue import MappedFileQueue
@@ -36,6 +38,13 @@ log = logging.getLogger(__name__)
 
 UNIT = struct.Struct(">qiq")
 """commit log offset (i64), size (i32), tag hash (i64): 20 bytes."""
+pack_units_into: Callable[[memoryview, int, Sequence[int], int, int, int, int], int] = load_twin(
+    "quasar.storage._record"
+).pack_units
+"""``pack_units_into(buf, position, offsets, start, stop, end_offset, tag_hash)``: the :data:`UNIT` of each record
+``offsets[start:stop]`` (size up to the next offset, ``end_offset`` after the last of the list) written from
+``buf[position:]`` on, in one call (compiled in ``_record_c.c``, twin ``_record_py.py``); returns the position
+past the last. Raises ValueError (nothing written) for units that do not fit or a field out of range."""
 CQ_STORE_UNIT_SIZE = 20
 MSG_TAG_OFFSET_INDEX = 12
 PRE_BLANK_SIZE = 0x7FFFFFFF
@@ -215,32 +224,27 @@ class ConsumeQueue:
         self.max_physic_offset = commit_log_offset + size
 
     def append_units(
-        self, mapped_file: MappedFile, commit_log_offsets: list[int], end_offset: int, tag_hash: int
+        self,
+        mapped_file: MappedFile,
+        commit_log_offsets: Sequence[int],
+        end_offset: int,
+        tag_hash: int,
     ) -> None:
         """Write the units of a batch of consecutive records (record *i* spans ``commit_log_offsets[i]`` up to
         the next offset, the last one up to ``end_offset``) from :attr:`max_offset` on, starting in
         ``mapped_file`` (from :meth:`prepare_write` with the batch's count) and rolling to new files when it
-        fills up. Raises OSError when a new file cannot be created (a batch crossing a file boundary on a
-        full disk)."""
-        pack_into = UNIT.pack_into
+        fills up; one :data:`pack_units_into` call per file. Raises OSError when a new file cannot be created
+        (a batch crossing a file boundary on a full disk)."""
         count = len(commit_log_offsets)
         index = 0
         while True:
-            buffer = mapped_file.buffer
             position = mapped_file.wrote_position
             stop = min(count, index + (mapped_file.file_size - position) // CQ_STORE_UNIT_SIZE)
             if position + (stop - index) * CQ_STORE_UNIT_SIZE > mapped_file.reserved_position:
                 mapped_file.reserve(position + (stop - index) * CQ_STORE_UNIT_SIZE)
-            offset = commit_log_offsets[index]
-            for following in commit_log_offsets[index + 1 : stop]:
-                pack_into(buffer, position, offset, following - offset, tag_hash)
-                position += CQ_STORE_UNIT_SIZE
-                offset = following
-            if stop < count:
-                pack_into(buffer, position, offset, commit_log_offsets[stop] - offset, tag_hash)
-            else:
-                pack_into(buffer, position, offset, end_offset - offset, tag_hash)
-            position += CQ_STORE_UNIT_SIZE
+            position = pack_units_into(
+                mapped_file.buffer, position, commit_log_offsets, index, stop, end_offset, tag_hash
+            )
             mapped_file.wrote_position = mapped_file.committed_position = position
             index = stop
             if index >= count:

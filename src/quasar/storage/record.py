@@ -33,9 +33,10 @@ Property CRC (RocketMQ ``enabledAppendPropCRC``, on by default in Quasar): the p
 covers the body only; this covers the header, topic and properties too, so a record torn in its properties (or
 a lost page under it) fails recovery instead of coming back with damaged fields.
 
-Both CRCs are the zlib CRC-32 polynomial (RocketMQ ``UtilAll.crc32``), computed with ``isal.isal_zlib.crc32``
-(Intel ISA-L: the same values as ``zlib.crc32``, about 7x faster on 1 KiB, which matters because every record
-pays two CRC passes).
+Both CRCs are the zlib CRC-32 polynomial (RocketMQ ``UtilAll.crc32``). Records are written by one encoder,
+compiled (``_record_c.c``: header, body, tail and both CRCs in one C call, one or many records per call, the
+CRCs folded with PCLMULQDQ) with a pure-Python twin (``_record_py.py``); readers check CRCs with
+``isal.isal_zlib.crc32`` (Intel ISA-L: the same values as ``zlib.crc32``).
 
 End-of-file blank record (``END_FILE_MIN_BLANK_LENGTH = 8``): when a record plus 8 bytes does not fit in the
 bytes left in a segment, only ``[TOTALSIZE = bytes left][BLANK_MAGIC_CODE 0xCBD43194]`` is written and the
@@ -48,12 +49,13 @@ import enum
 import ipaddress
 import mmap
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from isal.isal_zlib import crc32
 
+from quasar.native import load_twin
 from quasar.storage.errors import CorruptRecordError, InvalidMessageError
 
 MESSAGE_MAGIC_CODE = 0xDAA320A7
@@ -95,10 +97,10 @@ SYSFLAG_POSITION = 36
 STORE_TIMESTAMP_POSITION = 56
 
 HEADER_PACKED = struct.Struct(">iIi8sqq48si")
-"""The same 88 bytes as :data:`HEADER` for the append hot path, with two runs of fields passed pre-packed:
+"""The same 88 bytes as :data:`HEADER` as the encoder writes them, with two runs of fields passed pre-packed:
 TOTALSIZE, MAGICCODE, BODYCRC, [QUEUEID FLAG] (8 bytes, :data:`QUEUE_FLAG`), QUEUEOFFSET, PHYSICALOFFSET,
-[SYSFLAG .. PreparedTransactionOffset] (48 bytes, :data:`HEADER_MIDDLE`), BODY length: 8 values to convert
-instead of 19 (~0.12 µs instead of ~0.25 µs a record)."""
+[SYSFLAG .. PreparedTransactionOffset] (48 bytes, :data:`HEADER_MIDDLE`), BODY length (the pure-Python twin
+packs exactly this struct)."""
 QUEUE_FLAG = struct.Struct(">ii")
 """QUEUEID, FLAG (fields 4-5): constant per queue."""
 HEADER_MIDDLE = struct.Struct(">iq4siq4siiq")
@@ -273,61 +275,40 @@ def header_middle(
         raise InvalidMessageError(f"record field out of range: {exc}") from None
 
 
-def pack_record_into(
-    buf: memoryview | bytearray,
-    position: int,
-    physical_offset: int,
-    magic: int,
-    queue_flag: bytes,
-    queue_offset: int,
-    middle: bytes,
-    body: Buffer,
-    tail: bytes,
-    append_prop_crc: bool,
-) -> int:
-    """THE record encoder: write one record at ``buf[position:]`` and return the position just past it.
+_record = load_twin("quasar.storage._record")
 
-    Every record Quasar writes goes through here: ``put`` (:meth:`CommitLog.append_one
-    <quasar.storage.commit_log.CommitLog.append_one>`), ``put_batch`` (RocketMQ ``putMessages``: one call per
-    body, so the records are byte for byte those ``put`` would write) and :func:`encode_record_into`, the
-    keyword form used by tests and tools. The constant parts come pre-encoded: ``magic`` and the TOPIC field
-    from :func:`topic_field`, ``queue_flag`` (QUEUEID, FLAG packed with :data:`QUEUE_FLAG`), ``middle``
-    (fields 8-14, :func:`header_middle`) and ``tail`` (:func:`record_tail`: TOPIC and PROPERTIES up to the
-    reserved CRC property); ``physical_offset`` is the record's own commit log offset. ``body`` is bytes-like
-    with 1-byte items. One ``pack_into`` of the 88-byte header (:data:`HEADER_PACKED`), two slice copies
-    (body, tail) and, with ``append_prop_crc``, the 20-byte ``__CRC32#`` property over every byte before it.
+pack_record_into: Callable[
+    [memoryview | bytearray, int, int, int, bytes, int, bytes, Buffer, bytes, bool], int
+] = _record.pack_record
+"""THE record encoder: ``pack_record_into(buf, position, physical_offset, magic, queue_flag, queue_offset, middle,
+body, tail, append_prop_crc)`` writes one record at ``buf[position:]`` and returns the position just past it.
 
-    One record per call on purpose: a loop over a batch inside costs a single put ~130 ns (measured), a call
-    per batch record ~70 ns. The caller checks that the record fits in ``buf``. Raises
-    :class:`InvalidMessageError` when a header field is out of its range (``struct.error``); the header may
-    then be partly written, nothing else.
-    """
-    body_length = len(body)
-    p = position + BODY_POSITION
-    q = p + body_length
-    end = q + len(tail)
-    try:
-        HEADER_PACKED.pack_into(
-            buf,
-            position,
-            end - position + (CRC32_RESERVED_LEN if append_prop_crc else 0),
-            magic,
-            crc32(body) & 0x7FFFFFFF,
-            queue_flag,
-            queue_offset,
-            physical_offset,
-            middle,
-            body_length,
-        )
-    except struct.error as exc:
-        raise InvalidMessageError(f"record field out of range: {exc}") from None
-    buf[p:q] = body
-    buf[q:end] = tail
-    if append_prop_crc:
-        q = end + CRC32_RESERVED_LEN
-        buf[end:q] = CRC32_TAIL_FORMAT % (crc32(buf[position:end]) & 0x7FFFFFFF)
-        return q
-    return end
+Every record Quasar writes is written by it or by :data:`pack_records_into` (the same encoder, many records per
+call): ``put`` (:meth:`CommitLog.append_one <quasar.storage.commit_log.CommitLog.append_one>`), ``put_batch``
+(:meth:`CommitLog.append_batch <quasar.storage.commit_log.CommitLog.append_batch>`, RocketMQ ``putMessages``)
+and :func:`encode_record_into`, the keyword form used by tests and tools. The constant parts come
+pre-encoded: ``magic`` and the TOPIC field from :func:`topic_field`, ``queue_flag`` (QUEUEID, FLAG packed with
+:data:`QUEUE_FLAG`), ``middle`` (fields 8-14, :func:`header_middle`) and ``tail`` (:func:`record_tail`: TOPIC
+and PROPERTIES up to the reserved CRC property); ``physical_offset`` is the record's own commit log offset;
+``body`` is any C-contiguous buffer. It writes the 88-byte header (BODYCRC included), the body, the tail and,
+with ``append_prop_crc``, the 20-byte ``__CRC32#`` property over every byte before it.
+
+Compiled (``_record_c.c``: one C call, both CRCs with PCLMULQDQ folding) with a pure-Python twin
+(``_record_py.py``, whose docstrings specify both). Raises :class:`InvalidMessageError` when a field is out of
+its range, ValueError when the record does not fit in ``buf``, TypeError / BufferError for arguments of the
+wrong kind; nothing is written then."""
+
+pack_records_into: Callable[
+    [memoryview | bytearray, int, int, int, bytes, int, bytes, Sequence[Buffer], bytes, bool],
+    tuple[int, tuple[int, ...]],
+] = _record.pack_records
+"""Many records in one call: ``pack_records_into(buf, position, base_offset, magic, queue_flag, queue_offset,
+middle, bodies, tail, append_prop_crc)`` writes one record per body (queue offsets ``queue_offset + i``), back
+to back from ``buf[position:]``, where ``buf`` starts at commit log offset ``base_offset``; returns ``(end
+position, the records' commit log offsets)``. Byte for byte the records :data:`pack_record_into` would write
+one by one (RocketMQ ``putMessages``). The compiled twin writes a batch of 64 KiB or more with the GIL
+released. Errors as :data:`pack_record_into`'s, checked for the whole batch before the first byte is
+written."""
 
 
 def encode_record_into(

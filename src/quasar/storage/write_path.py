@@ -6,13 +6,15 @@ Hot path of one put (loop thread; ~2.7 µs for a 100-byte body on the developmen
 (topic, queue id) is encoded once into a :class:`_QueueWriter` (topic bytes, MAGICCODE, the TOPIC + PROPERTIES
 tail when there are no properties, the consume queue); a put then validates its arguments, reads the clock once,
 makes room for the consume queue unit, and calls :meth:`CommitLog.append_one`, whose bytes come from the one
-record encoder :func:`~quasar.storage.record.pack_record_into` (one ``pack_into`` of the header straight into
-the mapping, two slice copies, the ``__CRC32#`` CRC), then writes the 20-byte unit. What stays per record
-is what the format requires: two CRC-32 passes (ISA-L) (BODYCRC over the body, ``__CRC32#`` over the record).
+record encoder :data:`~quasar.storage.record.pack_record_into` (compiled: header, body, tail and both CRC-32
+passes the format requires, BODYCRC and ``__CRC32#``, in one C call writing straight into the mapping), then
+writes the 20-byte unit.
 
 ``put_batch`` is RocketMQ's batch append (``CommitLog.putMessages`` with a ``MessageExtBatch``): every body
 becomes its own ordinary record, with consecutive queue offsets, all in one segment, under one store
-timestamp, with one flush wait; the per-put Python overhead is paid once per batch.
+timestamp, with one flush wait; the per-put Python overhead is paid once per batch, and the records and their
+consume queue units are written by one C call each (:data:`~quasar.storage.record.pack_records_into`,
+:data:`~quasar.storage.consume_queue.pack_units_into`; the GIL is released for a batch of 64 KiB or more).
 """
 
 from __future__ import annotations
@@ -292,7 +294,7 @@ class StoreWriter:
         self.dispatch_mark = (end, self.dispatch_mark[1] + len(offsets))
         self.last_store_timestamp = store_timestamp
         first = offsets[0]
-        return PutBatchResult(_PUT_OK, first, queue_offset, end - first, store_timestamp, tuple(offsets))
+        return PutBatchResult(_PUT_OK, first, queue_offset, end - first, store_timestamp, offsets)
 
     def _batch_writer(
         self,
@@ -380,7 +382,7 @@ class StoreWriter:
     def _dispatch(
         self,
         writer: _QueueWriter,
-        offsets: list[int],
+        offsets: Sequence[int],
         end: int,
         queue_offset: int,
         tag_hash: int,
