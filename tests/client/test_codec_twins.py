@@ -12,14 +12,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from quasar.client import _codec_py
+from quasar.client import _codec_py, _incoming_py
 from quasar.client.message import Message, OutgoingMessage
 from quasar.protocol import MessageId, commands, pb
 from quasar.protocol.frame import encode_headers_and_payload
 
 _codec_c = pytest.importorskip("quasar.client._codec_c", reason="the compiled twin is not built")
+_incoming_c = pytest.importorskip("quasar.client._incoming_c", reason="the compiled twin is not built")
 
 TWINS = (_codec_c, _codec_py)
+RECEIVE_TWINS = (_incoming_c, _incoming_py)
 U64 = st.integers(0, 2**64 - 1)
 I32 = st.integers(-(2**31), 2**31 - 1)
 TEXT = st.text(max_size=12)
@@ -37,10 +39,14 @@ def _outcome(function: Any, *args: Any) -> tuple[str, Any]:
         return "error", type(exc)
 
 
-def _same(name: str, *args: Any) -> tuple[str, Any]:
-    results = [_outcome(getattr(twin, name), *args) for twin in TWINS]
+def _same(name: str, *args: Any, twins: tuple[Any, Any] = TWINS) -> tuple[str, Any]:
+    results = [_outcome(getattr(twin, name), *args) for twin in twins]
     assert results[0] == results[1], (name, args, results)
     return results[0]
+
+
+def _same_receive(name: str, *args: Any) -> tuple[str, Any]:
+    return _same(name, *args, twins=RECEIVE_TWINS)
 
 
 # ------------------------------------------------------------------------------------ metadata --
@@ -344,7 +350,7 @@ def test_split_of_a_valid_batch_agrees_and_keeps_every_item(
     parse = pb.SingleMessageMetadata.FromString
     results = [
         _messages(_outcome(twin.split_batch, payload, len(prefix), len(items), None, "E", Message, parse))
-        for twin in TWINS
+        for twin in RECEIVE_TWINS
     ]
     assert results[0] == results[1]
     assert results[0][0] == "ok" and [m[0] for m in results[0][1]] == [d for d, _, _ in items]
@@ -356,7 +362,7 @@ def test_split_of_a_valid_batch_agrees_and_keeps_every_item(
     for count in (len(items), len(items) + count_delta):
         results = [
             _messages(_outcome(twin.split_batch, payload, len(prefix), count, keep, "E", Message, parse))
-            for twin in TWINS
+            for twin in RECEIVE_TWINS
         ]
         assert results[0] == results[1]
 
@@ -367,7 +373,7 @@ def test_split_of_random_bytes_agrees(payload: bytes, offset: int, count: int) -
     parse = pb.SingleMessageMetadata.FromString
     results = [
         _messages(_outcome(twin.split_batch, payload, offset, count, None, "E", Message, parse))
-        for twin in TWINS
+        for twin in RECEIVE_TWINS
     ]
     assert results[0] == results[1]
 
@@ -381,7 +387,7 @@ def test_split_of_a_mangled_batch_agrees(items: list[Any], data: st.DataObject) 
     parse = pb.SingleMessageMetadata.FromString
     results = [
         _messages(_outcome(twin.split_batch, bytes(payload), 0, len(items), None, "E", Message, parse))
-        for twin in TWINS
+        for twin in RECEIVE_TWINS
     ]
     assert results[0] == results[1]
 
@@ -409,7 +415,7 @@ def test_split_refuses_bad_arguments_alike() -> None:
         ),
         (_batch([(b"\x18\xff\xff\xff\xff\x0f", b"")]), 0, 1, None, "E", Message, parse),
     ):
-        results = [_messages(_outcome(twin.split_batch, *args)) for twin in TWINS]
+        results = [_messages(_outcome(twin.split_batch, *args)) for twin in RECEIVE_TWINS]
         assert results[0] == results[1], (args, results)
 
 
@@ -421,7 +427,7 @@ def test_receipt_completion_agrees() -> None:
     try:
         for size in (0, 1, 3):
             outcomes = []
-            for twin in TWINS:
+            for twin in RECEIVE_TWINS:
                 calls: list[Any] = []
                 done = loop.create_future()
                 done.set_result("earlier")
@@ -453,7 +459,7 @@ def test_receipt_completion_refuses_bad_arguments_alike() -> None:
         ([1], 1, 2, -1, 0, MessageId, asyncio.Future, fails),
         ([1], 1, 2, -1, 2**40, MessageId, asyncio.Future, fails),
     ):
-        _same("complete_receipt", *args)
+        _same_receive("complete_receipt", *args)
 
 
 # ----------------------------------------------------------------------------------------- acks --

@@ -9,9 +9,6 @@ fields in field-number order):
   (C++ ``Commands::newSend``), its CRC-32C over ``[metadataSize][metadata][payload]``.
 * :class:`BatchContainer`: the open batch of a producer (Java ``BatchMessageContainerImpl``): items
   ``[u32 size][SingleMessageMetadata][payload]`` appended to one buffer, one waiter per item, seed 000's room rule.
-* :func:`split_batch`: a received batch payload cut into ``Message`` objects (C++ ``ConsumerImpl::
-  receiveIndividualMessagesFromBatch``), each keeping its ``SingleMessageMetadata`` bytes.
-* :func:`complete_receipt`: a SEND_RECEIPT's message ids handed to the waiters of its messages.
 * :func:`encode_ack`: a grouped ACK frame of many entries (C++ ``Commands::newMultiMessageAck``).
 
 Errors: a value of the wrong type raises TypeError; an integer outside its protobuf field's range, or a
@@ -21,19 +18,16 @@ malformed batch, raises ValueError (a UnicodeEncodeError, a ValueError, for a st
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
 from typing import Any
 
 from quasar.protocol import crc32c
 
 __all__ = [
     "BatchContainer",
-    "complete_receipt",
     "encode_ack",
     "encode_metadata",
     "encode_send",
     "encode_single_metadata",
-    "split_batch",
 ]
 
 _U32 = struct.Struct(">I")
@@ -451,153 +445,3 @@ class BatchContainer:
         waiters = self._waiters
         self._reset()
         return waiters
-
-
-def _plain_single(single: bytes) -> int:
-    """``payload_size`` when ``single`` holds only varint fields 3 (``payload_size``, present) and 8
-    (``sequence_id``), else -1 (any other field, or not well-formed: the caller parses it fully)."""
-    pos, end, size = 0, len(single), -1
-    while pos < end:
-        tag = single[pos]
-        pos += 1
-        if tag not in (0x18, 0x40):
-            return -1
-        value = shift = 0
-        while True:
-            if pos >= end or shift > 63:
-                return -1
-            byte = single[pos]
-            pos += 1
-            value |= (byte & 0x7F) << shift
-            shift += 7
-            if byte < 0x80:
-                break
-        if tag == 0x18:
-            value &= _U32_MAX  # int32: the low 32 bits, signed
-            size = value - (1 << 32) if value > _I32_MAX else value
-    if size < 0:
-        return -1
-    return size
-
-
-def split_batch(
-    payload: bytes,
-    offset: int,
-    count: int,
-    keep: Callable[[int], bool] | None,
-    entry: Any,
-    message_type: type,
-    parse: Callable[[bytes], Any],
-) -> tuple[list[Any], int]:
-    """Cut the uncompressed batch ``payload[offset:]`` (``[u32 size][SingleMessageMetadata][item]`` x
-    ``count``, reference/pulsar-protocol.md §7.2) into messages.
-
-    Each kept item becomes ``message_type`` built without ``__init__`` (slots ``_data`` = the item bytes,
-    ``entry``, ``batch_index`` = its index, ``_single``). ``_single`` is the metadata bytes when they hold only
-    ``payload_size`` and ``sequence_id`` (what producers write without keys, properties or times; parsed only
-    if an accessor needs it), else ``parse(bytes)`` (a SingleMessageMetadata; its ``payload_size`` is used).
-    Items for which ``keep(index)`` is false are skipped and counted (``keep`` None keeps all).
-
-    Returns:
-        ``(messages, skipped)``.
-
-    Raises:
-        TypeError: ``payload`` not bytes, or ``message_type`` lacks those slots.
-        ValueError: ``offset`` outside the payload, ``count`` < 0, a size running past the payload, a
-            negative ``payload_size``, or bytes left over. Whatever ``parse`` or ``keep`` raise.
-    """
-    payload = _bytes("payload", payload)
-    total = len(payload)
-    offset = _check_int("offset", offset, 0, total)
-    count = _check_int("count", count, 0, _I64_MAX)
-    setters = _slot_setters(message_type, ("_data", "entry", "batch_index", "_single"))
-    set_data, set_entry, set_index, set_single = setters
-    new = object.__new__
-    pos = offset
-    messages = []
-    skipped = 0
-    for index in range(count):
-        if total - pos < 4:
-            raise ValueError(f"batch item {index} runs past the {total}-byte payload")
-        start = pos + 4
-        end = start + _U32.unpack_from(payload, pos)[0]
-        if end > total:
-            raise ValueError(f"batch item {index} runs past the {total}-byte payload")
-        single: Any = payload[start:end]
-        size = _plain_single(single)
-        if size < 0:
-            single = parse(single)
-            size = single.payload_size
-            if not isinstance(size, int) or size < 0:
-                raise ValueError(f"batch item {index} has payload_size {size!r}")
-        if size > total - end:
-            raise ValueError(f"batch item {index} runs past the {total}-byte payload")
-        pos = end + size
-        if keep is None or keep(index):
-            message: Any = new(message_type)
-            set_data(message, payload[end:pos])
-            set_entry(message, entry)
-            set_index(message, index)
-            set_single(message, single)
-            messages.append(message)
-        else:
-            skipped += 1
-    if pos != total:
-        raise ValueError(f"{total - pos} bytes left over after {count} batch items")
-    return messages, skipped
-
-
-def _slot_setters(cls: type, names: tuple[str, ...]) -> list[Callable[[Any, Any], None]]:
-    if not isinstance(cls, type):
-        raise TypeError(f"message type must be a class, got {type(cls).__name__}")
-    setters = []
-    for name in names:
-        descriptor: Any = getattr(cls, name, None)
-        if type(descriptor).__name__ != "member_descriptor" or not issubclass(cls, descriptor.__objclass__):
-            raise TypeError(f"{cls.__name__} has no slot {name!r}")
-        setters.append(descriptor.__set__)
-    return setters
-
-
-def complete_receipt(
-    waiters: list[Any],
-    ledger_id: int,
-    entry_id: int,
-    partition: int,
-    size: int,
-    message_id_type: type,
-    future_type: Any,
-    fallback: Callable[[Any, Any], None],
-) -> None:
-    """Hand each waiter of a receipted entry its message id.
-
-    The id of waiter ``i`` is ``message_id_type`` built without ``__init__`` with slots ``ledger_id``,
-    ``entry_id``, ``partition``, ``batch_index`` = ``i`` and ``batch_size`` = ``size``; with ``size`` <= 0
-    (not a batch) ``batch_index`` = -1 and ``batch_size`` = 0. A None waiter is skipped; a waiter of exactly
-    ``future_type`` gets ``set_result(id)`` unless ``done()``; any other waiter goes to ``fallback(waiter, id)``.
-
-    Raises:
-        TypeError: ``waiters`` not a list, or ``message_id_type`` lacks those slots. Whatever a future's
-            methods or ``fallback`` raise (the waiters after it are left alone).
-    """
-    if not isinstance(waiters, list):
-        raise TypeError(f"waiters must be a list, got {type(waiters).__name__}")
-    size = _check_int("size", size, _I32_MIN, _I32_MAX)
-    names = ("ledger_id", "entry_id", "partition", "batch_index", "batch_size")
-    set_ledger, set_entry, set_partition, set_index, set_size = _slot_setters(message_id_type, names)
-    new = object.__new__
-    batched = size > 0
-    for index, waiter in enumerate(list(waiters)):
-        if waiter is None:
-            continue
-        mid: Any = new(message_id_type)
-        set_ledger(mid, ledger_id)
-        set_entry(mid, entry_id)
-        set_partition(mid, partition)
-        set_index(mid, index if batched else -1)
-        set_size(mid, size if batched else 0)
-        if waiter.__class__ is future_type:
-            if not waiter.done():
-                waiter.set_result(mid)
-        else:
-            fallback(waiter, mid)

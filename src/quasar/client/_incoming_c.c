@@ -1,5 +1,9 @@
 /* quasar.client._incoming_c: the client's receive fast path, compiled (DESIGN.md "Compiled hot paths").
  *
+ *   read_frames(3 args) -> (events, end)       SEND_RECEIPT / MESSAGE frames decoded, the rest raw
+ *   split_batch(7 args) -> (messages, skipped) a received batch cut into Message objects
+ *   complete_receipt(8 args) -> None           a receipt's message ids handed to the waiters
+ *
  * Twin of quasar/client/_incoming_py.py: same API, same results, same exception classes; its docstring is the
  * specification. read_frames(buffer, start, max_frame_size) -> (events, end) cuts the complete
  * frames of a received buffer and decodes SEND_RECEIPT and MESSAGE (the commands that arrive once per message)
@@ -10,6 +14,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -296,8 +301,290 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------------------- argument checks -- */
+
+/* An int in [low, high] -> *out; TypeError / ValueError naming `name`. */
+static int get_signed(PyObject *obj, const char *name, long long low, long long high, long long *out) {
+    if (!PyLong_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s must be an int, got %.100s", name, Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
+    if (v == -1 && PyErr_Occurred()) return -1;
+    if (overflow || v < low || v > high) {
+        PyErr_Format(PyExc_ValueError, "%s %R is out of range [%lld, %lld]", name, obj, low, high);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int get_bytes(PyObject *obj, const char *name, const char **data, Py_ssize_t *len) {
+    if (!PyBytes_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s must be bytes, got %.100s", name, Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    *data = PyBytes_AS_STRING(obj);
+    *len = PyBytes_GET_SIZE(obj);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------ slots of classes -- */
+
+/* Offsets of object slots `names` of `type` (member descriptors of `type` or a base, T_OBJECT_EX). */
+static int slot_offsets(PyObject *type, const char *const *names, int n, Py_ssize_t *out) {
+    if (!PyType_Check(type)) {
+        PyErr_Format(PyExc_TypeError, "message type must be a class, got %.100s", Py_TYPE(type)->tp_name);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        PyObject *descr = PyObject_GetAttrString(type, names[i]);
+        if (!descr) {
+            if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
+            PyErr_Clear();
+        }
+        int ok = descr && Py_IS_TYPE(descr, &PyMemberDescr_Type) &&
+                 ((PyMemberDescrObject *)descr)->d_member->type == T_OBJECT_EX &&
+                 PyType_IsSubtype((PyTypeObject *)type, ((PyDescrObject *)descr)->d_type);
+        if (ok) out[i] = ((PyMemberDescrObject *)descr)->d_member->offset;
+        Py_XDECREF(descr);
+        if (!ok) {
+            PyErr_Format(PyExc_TypeError, "%.100s has no slot '%s'", ((PyTypeObject *)type)->tp_name, names[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* A new instance of `type` without __init__ (object.__new__), or NULL. */
+static PyObject *new_instance(PyObject *type) {
+    PyTypeObject *t = (PyTypeObject *)type;
+    return t->tp_alloc(t, 0);
+}
+
+/* Store `value` (a new reference, stolen) in the slot at `offset`. */
+static inline void set_slot(PyObject *obj, Py_ssize_t offset, PyObject *value) {
+    PyObject **slot = (PyObject **)((char *)obj + offset);
+    PyObject *old = *slot;
+    *slot = value;
+    Py_XDECREF(old);
+}
+
+/* ---------------------------------------------------------------------------------- split_batch -- */
+
+/* payload_size when `p[0:len]` holds only varint fields 3 (present) and 8, else -1. */
+static long long plain_single(const uint8_t *p, size_t len) {
+    qs_pb_cursor c = {p, p + len};
+    long long size = -1;
+    while (c.p < c.end) {
+        uint8_t tag = *c.p++;
+        if (tag != 0x18 && tag != 0x40) return -1;
+        uint64_t value;
+        if (qs_pb_varint(&c, &value)) return -1;
+        if (tag == 0x18) size = (long long)(int32_t)(uint32_t)value;
+    }
+    return size < 0 ? -1 : size;
+}
+
+PyDoc_STRVAR(split_batch_doc,
+"split_batch(payload, offset, count, keep, entry, message_type, parse) -> (messages, skipped)\n\n"
+"Cut the batch payload[offset:] ([u32 size][SingleMessageMetadata][item] x count) into message_type objects\n"
+"(slots _data, entry, batch_index, _single set without __init__); see quasar.client._codec_py.split_batch.\n"
+"Raises TypeError / ValueError (malformed batch), or what parse / keep raise.");
+
+static const char *const MESSAGE_SLOTS[] = {"_data", "entry", "batch_index", "_single"};
+
+static PyObject *split_batch(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7) {
+        PyErr_Format(PyExc_TypeError, "split_batch takes 7 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *payload = args[0], *keep = args[3], *entry = args[4], *type = args[5], *parse = args[6];
+    const char *data;
+    Py_ssize_t total;
+    long long offset, count;
+    if (get_bytes(payload, "payload", &data, &total)) return NULL;
+    if (get_signed(args[1], "offset", 0, (long long)total, &offset)) return NULL;
+    if (get_signed(args[2], "count", 0, INT64_MAX, &count)) return NULL;
+    Py_ssize_t off[4];
+    if (slot_offsets(type, MESSAGE_SLOTS, 4, off)) return NULL;
+    const uint8_t *base = (const uint8_t *)data;
+    size_t pos = (size_t)offset, end_all = (size_t)total;
+    PyObject *messages = PyList_New(0);
+    if (!messages) return NULL;
+    long long skipped = 0;
+    for (long long index = 0; index < count; index++) {
+        if (end_all - pos < 4) {
+            PyErr_Format(PyExc_ValueError, "batch item %lld runs past the %zd-byte payload", index, total);
+            goto fail;
+        }
+        size_t start = pos + 4;
+        uint32_t meta_len = qs_be32(base + pos);
+        if (meta_len > end_all - start) {
+            PyErr_Format(PyExc_ValueError, "batch item %lld runs past the %zd-byte payload", index, total);
+            goto fail;
+        }
+        size_t end = start + meta_len;
+        long long size = plain_single(base + start, meta_len);
+        PyObject *single = PyBytes_FromStringAndSize(data + start, (Py_ssize_t)meta_len);
+        if (!single) goto fail;
+        if (size < 0) {
+            PyObject *parsed = PyObject_CallOneArg(parse, single);
+            Py_DECREF(single);
+            if (!parsed) goto fail;
+            single = parsed;
+            PyObject *value = PyObject_GetAttrString(parsed, "payload_size");
+            if (!value) {
+                Py_DECREF(single);
+                goto fail;
+            }
+            int overflow = 0;
+            size = PyLong_Check(value) ? PyLong_AsLongLongAndOverflow(value, &overflow) : -1;
+            if (size == -1 && PyErr_Occurred()) PyErr_Clear();
+            if (!PyLong_Check(value) || overflow || size < 0) {
+                PyErr_Format(PyExc_ValueError, "batch item %lld has payload_size %R", index, value);
+                Py_DECREF(value);
+                Py_DECREF(single);
+                goto fail;
+            }
+            Py_DECREF(value);
+        }
+        if ((unsigned long long)size > end_all - end) {
+            Py_DECREF(single);
+            PyErr_Format(PyExc_ValueError, "batch item %lld runs past the %zd-byte payload", index, total);
+            goto fail;
+        }
+        pos = end + (size_t)size;
+        int kept = 1;
+        if (keep != Py_None) {
+            PyObject *index_obj = PyLong_FromLongLong(index);
+            PyObject *verdict = index_obj ? PyObject_CallOneArg(keep, index_obj) : NULL;
+            Py_XDECREF(index_obj);
+            kept = verdict ? PyObject_IsTrue(verdict) : -1;
+            Py_XDECREF(verdict);
+            if (kept < 0) {
+                Py_DECREF(single);
+                goto fail;
+            }
+        }
+        if (!kept) {
+            Py_DECREF(single);
+            skipped++;
+            continue;
+        }
+        PyObject *message = new_instance(type);
+        PyObject *item = message ? PyBytes_FromStringAndSize(data + end, (Py_ssize_t)size) : NULL;
+        PyObject *index_obj = item ? PyLong_FromLongLong(index) : NULL;
+        if (!index_obj) {
+            Py_XDECREF(item);
+            Py_XDECREF(message);
+            Py_DECREF(single);
+            goto fail;
+        }
+        set_slot(message, off[0], item);
+        Py_INCREF(entry);
+        set_slot(message, off[1], entry);
+        set_slot(message, off[2], index_obj);
+        set_slot(message, off[3], single);
+        int rc = PyList_Append(messages, message);
+        Py_DECREF(message);
+        if (rc) goto fail;
+    }
+    if (pos != end_all) {
+        PyErr_Format(PyExc_ValueError, "%zu bytes left over after %lld batch items", end_all - pos, count);
+        goto fail;
+    }
+    return Py_BuildValue("(NL)", messages, skipped);
+fail:
+    Py_DECREF(messages);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------------ complete_receipt -- */
+
+PyDoc_STRVAR(complete_receipt_doc,
+"complete_receipt(waiters, ledger_id, entry_id, partition, size, message_id_type, future_type, fallback)\n\n"
+"Hand waiter i of a receipted entry message_id_type(ledger_id, entry_id, partition, i, size) (batch index -1\n"
+"and size 0 when size <= 0), built without __init__: a future of exactly future_type gets set_result unless\n"
+"done(), None is skipped, anything else goes to fallback(waiter, id). See _incoming_py.complete_receipt.");
+
+static const char *const ID_SLOTS[] = {"ledger_id", "entry_id", "partition", "batch_index", "batch_size"};
+
+static PyObject *complete_receipt(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 8) {
+        PyErr_Format(PyExc_TypeError, "complete_receipt takes 8 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *waiters = args[0], *type = args[5], *future_type = args[6], *fallback = args[7];
+    if (!PyList_Check(waiters)) {
+        PyErr_Format(PyExc_TypeError, "waiters must be a list, got %.100s", Py_TYPE(waiters)->tp_name);
+        return NULL;
+    }
+    long long size;
+    if (get_signed(args[4], "size", INT32_MIN, INT32_MAX, &size)) return NULL;
+    Py_ssize_t off[5];
+    if (slot_offsets(type, ID_SLOTS, 5, off)) return NULL;
+    PyObject *snapshot = PyList_GetSlice(waiters, 0, PyList_GET_SIZE(waiters));
+    if (!snapshot) return NULL;
+    PyObject *size_obj = PyLong_FromLongLong(size > 0 ? size : 0);
+    PyObject *minus_one = PyLong_FromLong(-1);
+    PyObject *done_name = PyUnicode_InternFromString("done");
+    PyObject *set_name = PyUnicode_InternFromString("set_result");
+    PyObject *result = NULL;
+    if (!size_obj || !minus_one || !done_name || !set_name) goto out;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(snapshot); i++) {
+        PyObject *waiter = PyList_GET_ITEM(snapshot, i);
+        if (waiter == Py_None) continue;
+        PyObject *mid = new_instance(type);
+        if (!mid) goto out;
+        PyObject *index = size > 0 ? PyLong_FromSsize_t(i) : (Py_INCREF(minus_one), minus_one);
+        if (!index) {
+            Py_DECREF(mid);
+            goto out;
+        }
+        Py_INCREF(args[1]);
+        set_slot(mid, off[0], args[1]);
+        Py_INCREF(args[2]);
+        set_slot(mid, off[1], args[2]);
+        Py_INCREF(args[3]);
+        set_slot(mid, off[2], args[3]);
+        set_slot(mid, off[3], index);
+        Py_INCREF(size_obj);
+        set_slot(mid, off[4], size_obj);
+        PyObject *r;
+        if ((PyObject *)Py_TYPE(waiter) == future_type) {
+            PyObject *done = PyObject_CallMethodNoArgs(waiter, done_name);
+            int is_done = done ? PyObject_IsTrue(done) : -1;
+            Py_XDECREF(done);
+            if (is_done < 0) {
+                Py_DECREF(mid);
+                goto out;
+            }
+            r = is_done ? (Py_INCREF(Py_None), Py_None) : PyObject_CallMethodOneArg(waiter, set_name, mid);
+        } else {
+            PyObject *call[2] = {waiter, mid};
+            r = PyObject_Vectorcall(fallback, call, 2, NULL);
+        }
+        Py_DECREF(mid);
+        if (!r) goto out;
+        Py_DECREF(r);
+    }
+    result = Py_None;
+    Py_INCREF(result);
+out:
+    Py_DECREF(snapshot);
+    Py_XDECREF(size_obj);
+    Py_XDECREF(minus_one);
+    Py_XDECREF(done_name);
+    Py_XDECREF(set_name);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"read_frames", (PyCFunction)(void (*)(void))read_frames, METH_FASTCALL, read_frames_doc},
+    {"split_batch", (PyCFunction)(void (*)(void))split_batch, METH_FASTCALL, split_batch_doc},
+    {"complete_receipt", (PyCFunction)(void (*)(void))complete_receipt, METH_FASTCALL, complete_receipt_doc},
     {NULL},
 };
 

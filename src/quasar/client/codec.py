@@ -31,21 +31,20 @@ __all__ = [
 if TYPE_CHECKING:
     from ._codec_py import (
         BatchContainer,
-        complete_receipt,
         encode_ack,
         encode_metadata,
         encode_send,
         encode_single_metadata,
-        split_batch,
     )
-    from ._incoming_py import read_frames
+    from ._incoming_py import complete_receipt, read_frames, split_batch
 else:
-    _impl = load_twin("quasar.client._codec")
-    BatchContainer = _impl.BatchContainer
-    complete_receipt = _impl.complete_receipt
-    encode_ack = _impl.encode_ack
-    encode_metadata = _impl.encode_metadata
-    encode_send = _impl.encode_send
-    encode_single_metadata = _impl.encode_single_metadata
-    split_batch = _impl.split_batch
-    read_frames = load_twin("quasar.client._incoming").read_frames
+    _send = load_twin("quasar.client._codec")
+    BatchContainer = _send.BatchContainer
+    encode_ack = _send.encode_ack
+    encode_metadata = _send.encode_metadata
+    encode_send = _send.encode_send
+    encode_single_metadata = _send.encode_single_metadata
+    _receive = load_twin("quasar.client._incoming")
+    complete_receipt = _receive.complete_receipt
+    read_frames = _receive.read_frames
+    split_batch = _receive.split_batch
