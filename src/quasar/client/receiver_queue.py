@@ -48,7 +48,7 @@ class ReceiverQueue:
         self._loop = asyncio.get_running_loop()
         self._name = name
         self._on_empty = on_empty_receive
-        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._waiters: collections.deque[asyncio.Future[Any]] = collections.deque()
         self.messages: collections.deque[Message] = collections.deque()
         self.listener: Any = None
         self.closed = False
@@ -118,18 +118,21 @@ class ReceiverQueue:
         if self._on_empty is not None:
             self._on_empty()
         while not queue:
-            waiter: asyncio.Future[None] = self._loop.create_future()
+            waiter: asyncio.Future[Any] = self._loop.create_future()
             self._waiters.append(waiter)
-            try:
-                if deadline is None:
+            if deadline is None:
+                await waiter
+            else:
+                remaining = deadline - self._loop.time()
+                if remaining <= 0:
+                    raise ReceiveTimeoutError(f"no message within {timeout_millis} ms")
+                timer = self._loop.call_later(remaining, _expire, waiter)  # cheaper than asyncio.wait_for
+                try:
                     await waiter
-                else:
-                    remaining = deadline - self._loop.time()
-                    if remaining <= 0:
-                        raise ReceiveTimeoutError(f"no message within {timeout_millis} ms")
-                    await asyncio.wait_for(waiter, remaining)
-            except TimeoutError:
-                raise ReceiveTimeoutError(f"no message within {timeout_millis} ms") from None
+                finally:
+                    timer.cancel()
+                if waiter.result() is _TIMED_OUT:
+                    raise ReceiveTimeoutError(f"no message within {timeout_millis} ms")
             self.check_open()
         return self.hand_out(queue.popleft())
 
@@ -185,6 +188,15 @@ class ReceiverQueue:
                     await result
             except Exception:
                 log.exception("message listener failed on %s", message)
+
+
+_TIMED_OUT = object()
+
+
+def _expire(waiter: asyncio.Future[Any]) -> None:
+    """A receive's deadline passed: wake it with the time-out marker (unless a message or close woke it)."""
+    if not waiter.done():
+        waiter.set_result(_TIMED_OUT)
 
 
 def check_timeout(timeout_millis: object) -> None:
