@@ -481,3 +481,36 @@ def test_ack_frame_is_the_protocol_layers(consumer_id: int, ack_type: int, entri
 )
 def test_ack_refuses_bad_values_alike(consumer_id: Any, ack_type: Any, entries: Any) -> None:
     _same("encode_ack", consumer_id, ack_type, entries)
+
+
+# ------------------------------------------------------------------------------- no crash on abuse --
+
+
+def test_a_container_without_init_refuses_instead_of_crashing() -> None:
+    with pytest.raises(TypeError):
+        object.__new__(_codec_c.BatchContainer)
+    for container in (_codec_c.BatchContainer.__new__(_codec_c.BatchContainer),):
+        for call in (
+            lambda c=container: c.add_plain(b"x", 1, None),
+            lambda c=container: c.add(OutgoingMessage(b"x"), 1, None),
+            container.take,
+            container.discard,
+        ):
+            with pytest.raises(ValueError, match="__init__"):
+                call()
+        assert container.has_enough_space(1) is False
+
+
+def test_objects_are_only_made_of_classes_object_new_accepts() -> None:
+    class DictWithSlots(dict):  # type: ignore[type-arg]
+        __slots__ = ("_data", "_single", "batch_index", "entry")
+
+    class Abstract(Message):
+        __slots__ = ()
+
+    Abstract.__abstractmethods__ = frozenset({"x"})  # as abc.ABCMeta marks a class with abstract methods
+
+    good = _batch([(_single(b"a", 1), b"a")])
+    for cls in (DictWithSlots, Abstract):
+        results = [_outcome(twin.split_batch, good, 0, 1, None, "E", cls, None) for twin in RECEIVE_TWINS]
+        assert results[0] == results[1] == ("error", TypeError)

@@ -584,7 +584,14 @@ static int bc_append(BatchContainer *self, const uint8_t *single, size_t single_
            (self->max_bytes > 0 && self->current_bytes >= self->max_bytes);
 }
 
+/* A container made without __init__ (object.__new__ or __new__ alone) holds no list: refused, not crashed. */
+static PyObject *not_initialized(void) {
+    PyErr_SetString(PyExc_ValueError, "BatchContainer.__init__ was not called");
+    return NULL;
+}
+
 static PyObject *bc_add_plain(BatchContainer *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    if (!self->waiters) return not_initialized();
     PyObject *force_arg = nargs == 4 ? args[3] : NULL;
     Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
     if (nkw == 1 && nargs == 3 && PyUnicode_Check(PyTuple_GET_ITEM(kwnames, 0)) &&
@@ -621,6 +628,7 @@ static PyObject *bc_add_plain(BatchContainer *self, PyObject *const *args, Py_ss
 }
 
 static PyObject *bc_add(BatchContainer *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (!self->waiters) return not_initialized();
     if (nargs != 3) {
         PyErr_Format(PyExc_TypeError, "add takes 3 arguments (%zd given)", nargs);
         return NULL;
@@ -660,6 +668,7 @@ static PyObject *bc_has_enough_space(BatchContainer *self, PyObject *arg) {
 }
 
 static PyObject *bc_take(BatchContainer *self, PyObject *unused) {
+    if (!self->waiters) return not_initialized();
     if (self->num_messages == 0) {
         PyErr_SetString(PyExc_ValueError, "cannot build an empty batch");
         return NULL;
@@ -678,6 +687,7 @@ static PyObject *bc_take(BatchContainer *self, PyObject *unused) {
 }
 
 static PyObject *bc_discard(BatchContainer *self, PyObject *unused) {
+    if (!self->waiters) return not_initialized();
     PyObject *waiters = self->waiters;
     Py_INCREF(waiters);
     if (bc_reset(self)) {

@@ -357,8 +357,17 @@ static int slot_offsets(PyObject *type, const char *const *names, int n, Py_ssiz
     return 0;
 }
 
-/* A new instance of `type` without __init__ (object.__new__), or NULL. */
-static PyObject *new_instance(PyObject *type) {
+/* object.__new__, whose checks (abstract classes, types whose layout is not object's: "object.__new__(X) is not
+ * safe") the first instance of each call goes through; set by exec_module. */
+static PyObject *object_new;
+
+/* A new instance of `type` without __init__, or NULL: object.__new__(type) the first time (*checked is then
+ * set), the same allocation without the repeated checks afterwards. */
+static PyObject *new_instance(PyObject *type, int *checked) {
+    if (!*checked) {
+        *checked = 1;
+        return PyObject_CallOneArg(object_new, type);
+    }
     PyTypeObject *t = (PyTypeObject *)type;
     return t->tp_alloc(t, 0);
 }
@@ -414,6 +423,7 @@ static PyObject *split_batch(PyObject *module, PyObject *const *args, Py_ssize_t
     PyObject *messages = PyList_New(0);
     if (!messages) return NULL;
     long long skipped = 0;
+    int checked = 0;
     for (long long index = 0; index < count; index++) {
         if (end_all - pos < 4) {
             PyErr_Format(PyExc_ValueError, "batch item %lld runs past the %zd-byte payload", index, total);
@@ -473,7 +483,7 @@ static PyObject *split_batch(PyObject *module, PyObject *const *args, Py_ssize_t
             skipped++;
             continue;
         }
-        PyObject *message = new_instance(type);
+        PyObject *message = new_instance(type, &checked);
         PyObject *item = message ? PyBytes_FromStringAndSize(data + end, (Py_ssize_t)size) : NULL;
         PyObject *index_obj = item ? PyLong_FromLongLong(index) : NULL;
         if (!index_obj) {
@@ -532,11 +542,12 @@ static PyObject *complete_receipt(PyObject *module, PyObject *const *args, Py_ss
     PyObject *done_name = PyUnicode_InternFromString("done");
     PyObject *set_name = PyUnicode_InternFromString("set_result");
     PyObject *result = NULL;
+    int checked = 0;
     if (!size_obj || !minus_one || !done_name || !set_name) goto out;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(snapshot); i++) {
         PyObject *waiter = PyList_GET_ITEM(snapshot, i);
         if (waiter == Py_None) continue;
-        PyObject *mid = new_instance(type);
+        PyObject *mid = new_instance(type, &checked);
         if (!mid) goto out;
         PyObject *index = size > 0 ? PyLong_FromSsize_t(i) : (Py_INCREF(minus_one), minus_one);
         if (!index) {
@@ -590,7 +601,8 @@ static PyMethodDef methods[] = {
 
 static int exec_module(PyObject *module) {
     qs_crc32c_init();
-    return 0;
+    if (!object_new) object_new = PyObject_GetAttrString((PyObject *)&PyBaseObject_Type, "__new__");
+    return object_new ? 0 : -1;
 }
 
 static PyModuleDef_Slot slots[] = {{Py_mod_exec, exec_module}, {0, NULL}};
