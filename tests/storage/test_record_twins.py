@@ -394,3 +394,51 @@ def test_bad_unit_arguments_are_the_same_error_in_both_and_write_nothing(
     outcome = agree("pack_units", make_buf, position, offsets, start, stop, end, tag)
     if outcome[0] == "error":
         assert outcome[2] == _snapshot(make_buf())
+
+
+# -- a record and its unit in one call (the put path) -----------------------------------------------------------
+
+
+def _record_and_unit(twin: Any, unit_factory: Callable[[], Any], extra: list[Any]) -> tuple[Any, ...]:
+    buf, unit_buf = bytearray(300), unit_factory()
+    try:
+        result = twin.pack_record(
+            buf,
+            10,
+            4096,
+            MESSAGE_MAGIC_CODE,
+            bytes(8),
+            3,
+            MIDDLE,
+            b"body",
+            b"\x01t\x00\x14",
+            1,
+            unit_buf,
+            *extra,
+        )
+    except Exception as exc:  # noqa: BLE001 - the class is the answer
+        return "error", type(exc), bytes(buf), _snapshot(unit_buf)
+    return "ok", result, bytes(buf), _snapshot(unit_buf)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.one_of(st.just(lambda: bytearray(60)), pick(BAD_BUFFERS), st.just(lambda: None)),
+    st.lists(pick([0, 20, 40, 41, -1, 2**63, 1.0, None, 7, -(2**63), 2**63 - 1, 2**64, "x"]), max_size=2),
+)
+def test_a_record_with_its_unit_is_both_writes_or_none_in_both_twins(
+    unit_factory: Callable[[], Any], extra: list[Any]
+) -> None:
+    outcomes = [_record_and_unit(twin, unit_factory, extra) for twin in TWINS]
+    assert outcomes[0] == outcomes[1]
+    status, result, buf, unit_buf = outcomes[0]
+    record = reference_record(4096, MESSAGE_MAGIC_CODE, bytes(8), 3, MIDDLE, b"body", b"\x01t\x00\x14", True)
+    if status == "error":
+        assert buf == bytes(300) and unit_buf == _snapshot(unit_factory())
+        return
+    assert result == 10 + len(record) and buf[10 : 10 + len(record)] == record
+    if unit_buf is not None:
+        at = extra[0] if extra else 0
+        tag = extra[1] if len(extra) > 1 else 0
+        assert unit_buf[at : at + 20] == struct.pack(">qiq", 4096, len(record), tag)
+        assert unit_buf[:at] + unit_buf[at + 20 :] == bytes(40)

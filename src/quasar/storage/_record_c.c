@@ -171,23 +171,43 @@ static int record_size(size_t n, const rec_consts *k, size_t *total) {
     return 0;
 }
 
+/* A consume queue unit: the commit log offset, size and tag hash, big-endian (>qiq). GIL-free. */
+static inline void write_unit(uint8_t *dst, long long offset, long long size, long long tag_hash) {
+    put_be64(dst, (uint64_t)offset);
+    put_be32(dst + 8, (uint32_t)size);
+    put_be64(dst + 12, (uint64_t)tag_hash);
+}
+
+/* tag_hash: an int within i64, else ValueError (as pack_units). */
+static int tag_hash_arg(PyObject *value, long long *out) {
+    int overflow;
+    if (int_arg(value, "tag_hash", out, &overflow) < 0) return -1;
+    if (overflow) {
+        PyErr_SetString(PyExc_ValueError, "consume queue unit field out of range: tag_hash");
+        return -1;
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(pack_record_doc,
              "pack_record(buf, position, physical_offset, magic, queue_flag, queue_offset, middle, body, tail,\n"
-             "            append_prop_crc, /)\n--\n\n"
-             "Write one commit log record at buf[position:] and return the position just past it (see the\n"
-             "twin _record_py.pack_record for the arguments and errors).");
+             "            append_prop_crc, unit_buf=None, unit_position=0, tag_hash=0, /)\n--\n\n"
+             "Write one commit log record at buf[position:] (and, with unit_buf, its consume queue unit at\n"
+             "unit_buf[unit_position:]) and return the position just past the record (see the twin\n"
+             "_record_py.pack_record for the arguments and errors).");
 
 static PyObject *pack_record(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 10) {
-        PyErr_Format(PyExc_TypeError, "pack_record() takes exactly 10 positional arguments (%zd given)", nargs);
+    if (nargs < 10 || nargs > 13) {
+        PyErr_Format(PyExc_TypeError, "pack_record() takes from 10 to 13 positional arguments (%zd given)", nargs);
         return NULL;
     }
-    Py_buffer target, body;
+    Py_buffer target, body, unit;
     rec_consts k;
-    long long position, physical_offset, queue_offset;
+    long long position, physical_offset, queue_offset, unit_position = 0, tag_hash = 0;
     size_t flag_len, middle_len, total;
     if (target_arg(args[0], &target) < 0) return NULL;
     body.obj = NULL;
+    unit.obj = NULL;
     PyObject *result = NULL;
     if (position_arg(args[1], &position) < 0 || i64_arg(args[2], "physical_offset", &physical_offset) < 0 ||
         magic_arg(args[3], &k.magic) < 0 || bytes_arg(args[4], "queue_flag", 8, &k.queue_flag, &flag_len) < 0 ||
@@ -204,6 +224,17 @@ static PyObject *pack_record(PyObject *module, PyObject *const *args, Py_ssize_t
         PyErr_SetString(PyExc_ValueError, "the record does not fit in the buffer");
         goto done;
     }
+    if (nargs > 10 && args[10] != Py_None) {
+        if (target_arg(args[10], &unit) < 0) goto done;
+        if ((nargs > 11 && position_arg(args[11], &unit_position) < 0) ||
+            (nargs > 12 && tag_hash_arg(args[12], &tag_hash) < 0))
+            goto done;
+        if ((unsigned long long)unit_position > (unsigned long long)unit.len ||
+            UNIT_SIZE > unit.len - (Py_ssize_t)unit_position) {
+            PyErr_SetString(PyExc_ValueError, "the unit does not fit in the buffer");
+            goto done;
+        }
+    }
     uint8_t *dst = (uint8_t *)target.buf + position;
     if (total >= NOGIL_BYTES) {
         Py_BEGIN_ALLOW_THREADS
@@ -212,8 +243,10 @@ static PyObject *pack_record(PyObject *module, PyObject *const *args, Py_ssize_t
     } else {
         write_record(dst, physical_offset, queue_offset, &k, (const uint8_t *)body.buf, (size_t)body.len);
     }
+    if (unit.obj != NULL) write_unit((uint8_t *)unit.buf + unit_position, physical_offset, (long long)total, tag_hash);
     result = PyLong_FromLongLong(position + (long long)total);
 done:
+    if (unit.obj != NULL) PyBuffer_Release(&unit);
     if (body.obj != NULL) PyBuffer_Release(&body);
     PyBuffer_Release(&target);
     return result;
@@ -390,11 +423,7 @@ static PyObject *pack_units(PyObject *module, PyObject *const *args, Py_ssize_t 
         PyErr_SetString(PyExc_ValueError, "consume queue unit field out of range: end_offset");
         goto done;
     }
-    if (int_arg(args[6], "tag_hash", &tag_hash, &overflow) < 0) goto done;
-    if (overflow) {
-        PyErr_SetString(PyExc_ValueError, "consume queue unit field out of range: tag_hash");
-        goto done;
-    }
+    if (tag_hash_arg(args[6], &tag_hash) < 0) goto done;
     if ((unsigned long long)position > (unsigned long long)target.len ||
         (stop - start) > (target.len - (Py_ssize_t)position) / UNIT_SIZE) {
         PyErr_SetString(PyExc_ValueError, "the units do not fit in the buffer");
@@ -417,9 +446,7 @@ static PyObject *pack_units(PyObject *module, PyObject *const *args, Py_ssize_t 
                 goto done;
             }
             if (pass == 1) {
-                put_be64(dst, (uint64_t)offset);
-                put_be32(dst + 8, (uint32_t)size);
-                put_be64(dst + 12, (uint64_t)tag_hash);
+                write_unit(dst, offset, size, tag_hash);
                 dst += UNIT_SIZE;
             }
             offset = next;

@@ -162,8 +162,12 @@ def pack_record(
     body: object,
     tail: object,
     append_prop_crc: object,
+    unit_buf: object = None,
+    unit_position: object = 0,
+    tag_hash: object = 0,
 ) -> int:
-    """Write one commit log record at ``buf[position:]`` and return the position just past it.
+    """Write one commit log record at ``buf[position:]`` (and, with ``unit_buf``, its consume queue unit) and
+    return the position just past the record.
 
     Args:
         buf: a writable C-contiguous buffer (a mapped segment's memoryview).
@@ -176,10 +180,16 @@ def pack_record(
         body: the body, any C-contiguous buffer (its bytes).
         tail: the TOPIC and PROPERTIES fields up to the reserved ``__CRC32#`` property (bytes).
         append_prop_crc: truthy: end with the 20-byte ``__CRC32#`` property, the CRC of every byte before it.
+        unit_buf: None, or a writable buffer (a consume queue file) that gets the record's 20-byte unit
+            ``>qiq`` (``physical_offset``, the record's size, ``tag_hash``) at ``unit_position``: the put path
+            writes both with one call.
+        unit_position: where the unit goes in ``unit_buf`` (bytes); not read without ``unit_buf``.
+        tag_hash: the unit's tag hash (i64; ValueError outside); not read without ``unit_buf``.
 
     Writes ``88 + len(body) + len(tail) (+ 20)`` bytes: TOTALSIZE, BODYCRC (CRC-32 of the body &
-    0x7FFFFFFF), the fields, the body, the tail, the property. Errors: see the module docstring; nothing
-    is written when one is raised.
+    0x7FFFFFFF), the fields, the body, the tail, the property. Checks the record's arguments, its size and
+    room, then ``unit_buf``, ``unit_position``, ``tag_hash`` and the unit's room (ValueError). Errors: see
+    the module docstring; nothing is written when one is raised.
     """
     target = _target(buf)
     start = _position(position)
@@ -194,7 +204,18 @@ def pack_record(
     total = _record_size(len(view), tail_bytes, crc)
     if start + total > len(target):
         raise ValueError("the record does not fit in the buffer")
-    return _write(target, start, physical, magic_value, flag, queue, fields, view, tail_bytes, crc)
+    if unit_buf is None:
+        return _write(target, start, physical, magic_value, flag, queue, fields, view, tail_bytes, crc)
+    units = _target(unit_buf)
+    at = _position(unit_position)
+    tag = _int(tag_hash, "tag_hash")
+    if not _I64_MIN <= tag <= _I64_MAX:
+        raise ValueError("consume queue unit field out of range: tag_hash")
+    if at + 20 > len(units):
+        raise ValueError("the unit does not fit in the buffer")
+    end = _write(target, start, physical, magic_value, flag, queue, fields, view, tail_bytes, crc)
+    _UNIT.pack_into(units, at, physical, total, tag)
+    return end
 
 
 def pack_records(

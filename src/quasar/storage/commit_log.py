@@ -53,6 +53,8 @@ from quasar.storage.status import AppendMessageStatus
 
 log = logging.getLogger(__name__)
 
+_PUT_OK = AppendMessageStatus.PUT_OK
+
 
 @dataclass(frozen=True, slots=True)
 class AppendResult:
@@ -91,8 +93,9 @@ class CommitLog:
         self.create_error: OSError | None = None
         """Why the last append answered CREATE_MAPPED_FILE_FAILED (EMFILE, EACCES...), for the caller to
         report; the caller clears it."""
-        self._middle_key = (-1, -1)
-        """(store, born) timestamps of ``_middle``, the packed header fields 8-14 of the last record."""
+        self._middle_store = -1
+        self._middle_born = -1
+        """Store and born timestamps of ``_middle``, the packed header fields 8-14 of the last record."""
         self._middle = b""
 
     def __repr__(self) -> str:
@@ -168,6 +171,9 @@ class CommitLog:
         store_timestamp: int,
         born_timestamp: int,
         sys_flag: int = 0,
+        unit_buffer: memoryview | None = None,
+        unit_position: int = 0,
+        tag_hash: int = 0,
     ) -> tuple[AppendMessageStatus, int, int]:
         """The store's hot path: append one record whose constant parts are already encoded.
 
@@ -175,8 +181,11 @@ class CommitLog:
         :func:`~quasar.storage.record.record_tail` (the caller checked the topic and property limits),
         ``queue_flag`` is QUEUEID and FLAG packed with :data:`~quasar.storage.record.QUEUE_FLAG`; ``body`` is
         bytes-like with 1-byte items; born host = store host. The bytes are written by
-        :func:`~quasar.storage.record.pack_record_into`, the one record encoder. Returns ``(PUT_OK, offset,
-        size)`` in bytes, or ``(MESSAGE_SIZE_EXCEEDED | CREATE_MAPPED_FILE_FAILED, -1, 0)``. Raises
+        :data:`~quasar.storage.record.pack_record_into`, the one record encoder, in one C call; given
+        ``unit_buffer``, the same call writes the record's 20-byte unit (offset, size, ``tag_hash``) at
+        ``unit_position`` of it: the caller's consume queue file, whose positions the caller then moves (this
+        class knows nothing of consume queues). Returns ``(PUT_OK, offset, size)`` in bytes, or
+        ``(MESSAGE_SIZE_EXCEEDED | CREATE_MAPPED_FILE_FAILED, -1, 0)`` (nothing written). Raises
         :class:`InvalidMessageError` (nothing written) for a field out of range, :class:`DiskFullError`.
         """
         total = BODY_POSITION + len(body) + len(tail) + self._reserved
@@ -188,16 +197,15 @@ class CommitLog:
             if isinstance(rolled, AppendMessageStatus):
                 return rolled, -1, 0
             mapped_file = rolled
-        if store_timestamp != self._middle_key[0] or born_timestamp != self._middle_key[1] or sys_flag:
+        if store_timestamp != self._middle_store or born_timestamp != self._middle_born or sys_flag:
             middle = self._header_middle(store_timestamp, born_timestamp, sys_flag)
         else:
             middle = self._middle
         position = mapped_file.wrote_position
-        end = position + total
-        if end > mapped_file.reserved_position:
-            self._reserve(mapped_file, end)
+        if position + total > mapped_file.reserved_position:
+            self._reserve(mapped_file, position + total)
         offset = mapped_file.file_from_offset + position
-        pack_record_into(
+        mapped_file.wrote_position = mapped_file.committed_position = pack_record_into(
             mapped_file.buffer,
             position,
             offset,
@@ -208,9 +216,11 @@ class CommitLog:
             body,
             tail,
             self.append_prop_crc,
+            unit_buffer,
+            unit_position,
+            tag_hash,
         )
-        mapped_file.wrote_position = mapped_file.committed_position = end
-        return AppendMessageStatus.PUT_OK, offset, total
+        return _PUT_OK, offset, total
 
     def _header_middle(self, store_timestamp: int, born_timestamp: int, sys_flag: int) -> bytes:
         """Header fields 8-14 (:func:`~quasar.storage.record.header_middle`), cached for the next record while
@@ -225,7 +235,8 @@ class CommitLog:
             store_host=host,
         )
         if not sys_flag:
-            self._middle_key = (store_timestamp, born_timestamp)
+            self._middle_store = store_timestamp
+            self._middle_born = born_timestamp
             self._middle = middle
         return middle
 

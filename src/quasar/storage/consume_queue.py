@@ -206,7 +206,9 @@ class ConsumeQueue:
         """Make sure the unit at :attr:`max_offset` (and the next ones up to ``count`` units, as far as the
         same file goes) can be written without touching the disk allocator: the file exists and has disk
         blocks (the store calls this before appending to the commit log, so a full disk refuses the put
-        instead of failing the dispatch). Returns the file the next unit goes to. Raises OSError."""
+        instead of failing the dispatch). Returns the file the next unit goes to: the put path writes the unit
+        there at its ``wrote_position`` with the record's C call, then moves the file's positions and
+        :attr:`max_physic_offset` (nothing else may write to this queue in between). Raises OSError."""
         queue = self.mapped_file_queue
         mapped_file = queue.last_mapped_file
         if mapped_file is None or mapped_file.is_full():
@@ -214,14 +216,6 @@ class ConsumeQueue:
         position = mapped_file.wrote_position
         mapped_file.reserve(min(mapped_file.file_size, position + count * CQ_STORE_UNIT_SIZE))
         return mapped_file
-
-    def append_unit(self, mapped_file: MappedFile, commit_log_offset: int, size: int, tag_hash: int) -> None:
-        """The put hot path: write the unit at :attr:`max_offset` into ``mapped_file``, the file
-        :meth:`prepare_write` returned for it (nothing else may have written to this queue since)."""
-        position = mapped_file.wrote_position
-        UNIT.pack_into(mapped_file.buffer, position, commit_log_offset, size, tag_hash)
-        mapped_file.wrote_position = mapped_file.committed_position = position + CQ_STORE_UNIT_SIZE
-        self.max_physic_offset = commit_log_offset + size
 
     def append_units(
         self,

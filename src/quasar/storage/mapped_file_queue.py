@@ -51,12 +51,20 @@ class MappedFileQueue:
         self.store_path = store_path
         self.mapped_file_size = mapped_file_size
         self._files: list[MappedFile] = []
+        self.last_mapped_file: MappedFile | None = None
+        """The newest file, None when there is none: a plain attribute (the put path reads it twice per record),
+        kept equal to ``mapped_files[-1]`` by :meth:`_set_files`, the one writer of the list."""
         self.allocator = allocator
         self.flushed_where = 0
         """Absolute offset up to which every file is fdatasynced."""
 
     def __repr__(self) -> str:
         return f"MappedFileQueue({self.store_path}, files={len(self._files)}, max_offset={self.max_offset})"
+
+    def _set_files(self, files: list[MappedFile]) -> None:
+        """Replace the list (copy-on-write: readers on other threads keep the list they took) and the last file."""
+        self._files = files
+        self.last_mapped_file = files[-1] if files else None
 
     # -- load ------------------------------------------------------------------------------------------------
 
@@ -103,7 +111,7 @@ class MappedFileQueue:
             for mapped_file in files:
                 mapped_file.close()
             raise
-        self._files = files
+        self._set_files(files)
         self.flushed_where = files[-1].end_offset if files else 0
 
     # -- lookup ----------------------------------------------------------------------------------------------
@@ -117,11 +125,6 @@ class MappedFileQueue:
     def first_mapped_file(self) -> MappedFile | None:
         files = self._files
         return files[0] if files else None
-
-    @property
-    def last_mapped_file(self) -> MappedFile | None:
-        files = self._files
-        return files[-1] if files else None
 
     @property
     def min_offset(self) -> int:
@@ -173,7 +176,7 @@ class MappedFileQueue:
             )
         if not files:
             self.flushed_where = create_offset
-        self._files = [*files, mapped_file]
+        self._set_files([*files, mapped_file])
         return mapped_file
 
     # -- flush -----------------------------------------------------------------------------------------------
@@ -204,7 +207,7 @@ class MappedFileQueue:
         count = max(0, min(count, len(files) - 1))
         if not count:
             return []
-        self._files = files[count:]
+        self._set_files(files[count:])
         return files[:count]
 
     # -- truncate / destroy ----------------------------------------------------------------------------------
@@ -227,12 +230,13 @@ class MappedFileQueue:
                 removed = True
         if removed:
             fsync_dir(self.store_path)
-        self._files = kept
+        self._set_files(kept)
         self.flushed_where = offset
 
     def destroy(self) -> None:
         """Delete every file of this queue (blocking)."""
-        files, self._files = self._files, []
+        files = self._files
+        self._set_files([])
         for mapped_file in files:
             mapped_file.destroy()
         if files and self.store_path.is_dir():

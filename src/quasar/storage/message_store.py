@@ -23,8 +23,9 @@ the body into the mapped segment, after reserving disk blocks) and writes the co
 the unit exists when ``put`` returns; the index follows on the reput thread. ``put`` does not wait for the
 disk: ``wait_flushed`` does (SYNC_FLUSH: the group commit's fdatasync; ASYNC_FLUSH: at once). Futures from
 ``wait_flushed`` complete in commit log offset order. ``put_batch`` appends many bodies as ordinary records in
-one call (RocketMQ ``putMessages``). Every record's bytes come from one encoder,
-:func:`quasar.storage.record.pack_record_into`.
+one call (RocketMQ ``putMessages``). Every record's bytes come from one encoder, compiled (with a pure-Python
+twin): :data:`quasar.storage.record.pack_record_into`, one record and its unit per C call, or
+:data:`~quasar.storage.record.pack_records_into` for a batch.
 
 Composition: the facade owns four parts and delegates to them; each gets what it needs in its constructor (the
 files, and the one :class:`~quasar.storage.store_state.StoreState` holding the phase and the write gate), none

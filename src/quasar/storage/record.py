@@ -51,7 +51,7 @@ import mmap
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from isal.isal_zlib import crc32
 
@@ -277,11 +277,34 @@ def header_middle(
 
 _record = load_twin("quasar.storage._record")
 
-pack_record_into: Callable[
-    [memoryview | bytearray, int, int, int, bytes, int, bytes, Buffer, bytes, bool], int
-] = _record.pack_record
+
+class PackRecord(Protocol):
+    """The signature of :data:`pack_record_into`."""
+
+    def __call__(
+        self,
+        buf: memoryview | bytearray,
+        position: int,
+        physical_offset: int,
+        magic: int,
+        queue_flag: bytes,
+        queue_offset: int,
+        middle: bytes,
+        body: Buffer,
+        tail: bytes,
+        append_prop_crc: bool,
+        unit_buf: memoryview | bytearray | None = None,
+        unit_position: int = 0,
+        tag_hash: int = 0,
+        /,
+    ) -> int: ...
+
+
+pack_record_into: PackRecord = _record.pack_record
 """THE record encoder: ``pack_record_into(buf, position, physical_offset, magic, queue_flag, queue_offset, middle,
-body, tail, append_prop_crc)`` writes one record at ``buf[position:]`` and returns the position just past it.
+body, tail, append_prop_crc[, unit_buf, unit_position, tag_hash])`` writes one record at ``buf[position:]``
+and returns the position just past it; given ``unit_buf``, it also writes the record's 20-byte consume queue
+unit there (commit log offset, size, ``tag_hash``), so a put is one C call.
 
 Every record Quasar writes is written by it or by :data:`pack_records_into` (the same encoder, many records per
 call): ``put`` (:meth:`CommitLog.append_one <quasar.storage.commit_log.CommitLog.append_one>`), ``put_batch``
@@ -333,7 +356,7 @@ def encode_record_into(
 ) -> int:
     """Write one record at ``buf[pos:]`` from its fields and return its total size in bytes.
 
-    The keyword form of :func:`pack_record_into` (which it calls): the fields of the layout above, with
+    The keyword form of :data:`pack_record_into` (which it calls): the fields of the layout above, with
     ``properties`` as :func:`encode_properties` returns them; with ``append_prop_crc`` the reserved
     ``__CRC32#`` property follows them (20 more bytes). The caller checks that the record fits
     (:func:`calc_msg_length`, counting :data:`CRC32_RESERVED_LEN`). Raises :class:`InvalidMessageError` when
