@@ -102,6 +102,33 @@ def test_crc32_is_zlibs_at_any_length_alignment_and_start(data: bytes, skip: int
     assert _record_c.crc32(view) == zlib.crc32(view)
 
 
+@pytest.fixture(params=[0, 1, 2], ids=["tables", "pclmul", "avx512"])
+def crc32_level(request: pytest.FixtureRequest) -> Any:
+    """Each CRC-32 implementation the CPU has (tables, 128-bit PCLMULQDQ folding, 512-bit VPCLMULQDQ)."""
+    available = _record_c._crc32_paths()
+    if request.param > sum(available):
+        pytest.skip("the CPU lacks this CRC-32 implementation")
+    _record_c._crc32_paths(request.param)
+    yield request.param
+    _record_c._crc32_paths(2)
+
+
+def test_every_crc32_implementation_is_zlibs(crc32_level: int) -> None:
+    data = bytes(range(256)) * 40 + bytes(range(97))
+    for start in (0, 1, 5, 16):
+        for length in [*range(0, 600), 1023, 1024, 1025, 4096, 10_000]:
+            view = memoryview(data)[start : start + length]
+            assert _record_c.crc32(view, 0x12345678) == zlib.crc32(view, 0x12345678), (start, length)
+    tail = b"\x01t\x00\x14"
+    body = data[:3000]
+    out = agree(
+        "pack_record", lambda: bytearray(4000), 0, 0, MESSAGE_MAGIC_CODE, bytes(8), 0, MIDDLE, body, tail, 1
+    )
+    assert out[2][: 88 + 3000 + 24] == reference_record(
+        0, MESSAGE_MAGIC_CODE, bytes(8), 0, MIDDLE, body, tail, True
+    )
+
+
 def test_crc32_of_large_buffers_without_the_gil() -> None:
     data = bytes(range(256)) * 4099 + b"tail"
     assert _record_c.crc32(data) == zlib.crc32(data)

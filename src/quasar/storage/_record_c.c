@@ -490,11 +490,39 @@ static PyObject *crc32(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     return PyLong_FromUnsignedLong(value);
 }
 
+PyDoc_STRVAR(crc32_paths_doc,
+             "_crc32_paths(limit=-1, /)\n--\n\n"
+             "Tests only: the CRC-32 implementations in use as (pclmul, avx512) flags; with limit 0 (tables\n"
+             "only), 1 (up to PCLMULQDQ) or 2 (all the CPU has), first restrict them to that level. The twin\n"
+             "has the same function and always answers (False, False).");
+
+static PyObject *crc32_paths(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    static int have_clmul = -1, have_avx512 = -1;
+    if (have_clmul < 0) {
+        have_clmul = qs_crc32_clmul;
+        have_avx512 = qs_crc32_avx512;
+    }
+    if (nargs > 1) {
+        PyErr_SetString(PyExc_TypeError, "_crc32_paths() takes at most 1 argument");
+        return NULL;
+    }
+    if (nargs == 1) {
+        long limit = PyLong_AsLong(args[0]);
+        if (limit == -1 && PyErr_Occurred()) return NULL;
+        if (limit >= 0) {
+            qs_crc32_clmul = have_clmul && limit >= 1;
+            qs_crc32_avx512 = have_avx512 && limit >= 2;
+        }
+    }
+    return Py_BuildValue("(OO)", qs_crc32_clmul ? Py_True : Py_False, qs_crc32_avx512 ? Py_True : Py_False);
+}
+
 static PyMethodDef methods[] = {
     {"pack_record", (PyCFunction)(void (*)(void))pack_record, METH_FASTCALL, pack_record_doc},
     {"pack_records", (PyCFunction)(void (*)(void))pack_records, METH_FASTCALL, pack_records_doc},
     {"pack_units", (PyCFunction)(void (*)(void))pack_units, METH_FASTCALL, pack_units_doc},
     {"crc32", (PyCFunction)(void (*)(void))crc32, METH_FASTCALL, crc32_doc},
+    {"_crc32_paths", (PyCFunction)(void (*)(void))crc32_paths, METH_FASTCALL, crc32_paths_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -31,7 +31,7 @@ from isal.isal_zlib import crc32 as _isal_crc32
 
 from quasar.storage.errors import InvalidMessageError
 
-__all__ = ["crc32", "pack_record", "pack_records", "pack_units"]
+__all__ = ["_crc32_paths", "crc32", "pack_record", "pack_records", "pack_units"]
 
 _HEADER = struct.Struct(">iIi8sqq48si")
 """The 88 bytes before the body: TOTALSIZE, MAGICCODE, BODYCRC, QUEUEID+FLAG (pre-packed), QUEUEOFFSET,
@@ -51,6 +51,12 @@ def crc32(data: object, value: int = 0) -> int:
     if not isinstance(value, int):
         raise TypeError(f"value must be an int, not {type(value).__name__}")
     return _isal_crc32(_bytes_view(data), value & 0xFFFFFFFF)
+
+
+def _crc32_paths(limit: int = -1) -> tuple[bool, bool]:
+    """Tests only: the compiled twin's CRC-32 implementations in use, (PCLMULQDQ, AVX-512); this twin has
+    neither."""
+    return False, False
 
 
 def _int(value: object, name: str) -> int:
