@@ -14,7 +14,9 @@ Cases, each on a fresh store in ``--dir``:
 | batch<B> x<P>   | loop (one flush wait per batch)                                                        |
 
 Columns: appends/s; body MB/s (10^6 B of bodies per second); log MB/s (commit log bytes: bodies plus the
-~110-130 bytes of record header, topic and properties per record); ratio = log MB/s / baseline MB/s.
+~110-130 bytes of record header, topic and properties per record); ratio = log MB/s / baseline MB/s; CPU µs =
+the process's CPU time (user + system, every thread: the loop, the flush and allocation threads, the kernel's
+page faults and writeback done on their behalf) over the timed part, per append.
 
 Baseline: ``fio --rw=write --bs=1M --ioengine=sync --end_fsync=1`` (buffered sequential write of the same
 number of bytes, then fsync; the same write-then-sync pattern as the store), or, without fio,
@@ -61,6 +63,7 @@ class Row:
     seconds: float
     body_bytes: int
     log_bytes: int
+    cpu_seconds: float = 0.0
 
     @property
     def appends_per_s(self) -> float:
@@ -73,6 +76,11 @@ class Row:
     @property
     def log_mb_s(self) -> float:
         return self.log_bytes / self.seconds / 1e6
+
+    @property
+    def cpu_us(self) -> float:
+        """CPU time of the whole process per append (µs)."""
+        return self.cpu_seconds / self.appends * 1e6
 
 
 def baseline_mb_s(directory: Path, total_bytes: int) -> tuple[str, float]:
@@ -133,17 +141,22 @@ async def run_async(directory: Path, size: int, count: int, segment_mib: int, ba
         rounds, append, args = max(1, count // batch), store.put_batch, (TOPIC, 0, [body] * batch)
     else:
         rounds, append, args = count, store.put, (TOPIC, 0, body)
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     for _ in range(rounds):
         result = append(*args)
     await loop.run_in_executor(None, store.flush)
-    elapsed = time.perf_counter() - started
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     assert result.status is PutStatus.PUT_OK, result
     log_bytes = store.max_commit_log_offset - store.min_commit_log_offset
     await store.close()
     appends = rounds * (batch or 1)
     return Row(
-        f"ASYNC {size} B" + (f" batch{batch}" if batch else ""), appends, elapsed, size * appends, log_bytes
+        f"ASYNC {size} B" + (f" batch{batch}" if batch else ""),
+        appends,
+        elapsed,
+        size * appends,
+        log_bytes,
+        cpu,
     )
 
 
@@ -170,15 +183,15 @@ async def run_sync(
             if result.status is not PutStatus.PUT_OK:
                 raise RuntimeError(result)
 
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     await asyncio.gather(*(producer(i % 8) for i in range(producers)))
-    elapsed = time.perf_counter() - started
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     log_bytes = store.max_commit_log_offset - store.min_commit_log_offset
     rounds = store.statistics().group_commit_rounds
     await store.close()
     appends = per_producer * producers * (batch or 1)
     name = f"SYNC {size} B" + (f" batch{batch}" if batch else "") + f" x{producers}"
-    row = Row(name, appends, elapsed, size * appends, log_bytes)
+    row = Row(name, appends, elapsed, size * appends, log_bytes, cpu)
     row.case += f" ({row.appends / max(rounds, 1):.0f}/fsync)"
     return row
 
@@ -231,9 +244,12 @@ def main(
                     row = asyncio.run(run_sync(case_dir, size, count, producers, segment_mib, batch))
                 rows.append(row)
                 shutil.rmtree(case_dir, ignore_errors=True)
-                console.print(f"{row.case}: {row.appends_per_s:,.0f} appends/s, {row.log_mb_s:,.1f} MB/s")
+                console.print(
+                    f"{row.case}: {row.appends_per_s:,.0f} appends/s, {row.log_mb_s:,.1f} MB/s, "
+                    f"{row.cpu_us:.2f} µs CPU/append"
+                )
         table = Table(title=f"MessageStore appends vs. baseline {tool}: {base:,.1f} MB/s ({parent})")
-        for column in ("case", "appends", "appends/s", "body MB/s", "log MB/s", "ratio"):
+        for column in ("case", "appends", "appends/s", "body MB/s", "log MB/s", "ratio", "CPU µs"):
             table.add_column(column, justify="left" if column == "case" else "right")
         for row in rows:
             table.add_row(
@@ -243,6 +259,7 @@ def main(
                 f"{row.body_mb_s:,.1f}",
                 f"{row.log_mb_s:,.1f}",
                 f"{row.log_mb_s / base:.0%}",
+                f"{row.cpu_us:.2f}",
             )
         console.print(table)
     finally:
