@@ -11,12 +11,14 @@
  *     20 QUEUEOFFSET i64 | 28 PHYSICALOFFSET i64 | 36 SYSFLAG..PreparedTransactionOffset (48 bytes, pre-packed)
  *     84 BODY length i32 | 88 BODY | TOPIC + PROPERTIES (the pre-encoded tail) | [__CRC32# 0x01 %010d 0x02]
  *
- * Both CRCs are zlib's CRC-32 & 0x7FFFFFFF (qs_crc32.h: PCLMULQDQ folding where the CPU has it): BODYCRC
- * over the body, the __CRC32# property over every record byte before it.
+ * Both CRCs are zlib's CRC-32 & 0x7FFFFFFF (qs_crc32.h: PCLMULQDQ folding, 512 bits wide with AVX-512, where
+ * the CPU has it): BODYCRC over the body, the __CRC32# property over every record byte before it.
+ * pack_record(..., unit_buf, unit_position, tag_hash) also writes the record's consume queue unit (>qiq:
+ * offset, size, tag hash), so a put is one call; pack_records writes a whole put_batch, pack_units its units.
  *
  * Every argument is checked, and the records must fit in the buffer, before the first byte is written: an
- * error leaves the buffer as it was. Bodies are held as Py_buffers; past NOGIL_BYTES bytes the writing runs
- * with the GIL released.
+ * error leaves the buffers as they were. Bodies are held as Py_buffers (so is the target: a mapping cannot be
+ * closed under us); from NOGIL_BYTES bytes on the writing runs with the GIL released.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -30,8 +32,9 @@
 #define CRC32_RESERVED_LEN 20
 #define UNIT_SIZE 20
 #define MAX_INT 0x7FFFFFFFLL
-/* Writes of this many bytes or more (one call) run with the GIL released: ~15 us of copying and CRCs,
- * much more than a release and re-take of the GIL. */
+/* Writes of this many bytes or more (one call) run with the GIL released: 64 KiB is ~10-30 us of copying,
+ * CRCs and page faults, much more than a release and re-take of the GIL; smaller writes keep it, so the
+ * event loop is not made to wait for a thread that took the GIL meanwhile. */
 #define NOGIL_BYTES (64 * 1024)
 /* Py_buffers of a batch held on the stack; more are allocated. */
 #define STACK_BODIES 64
