@@ -110,22 +110,14 @@ class ConsumerHandler(Protocol):
         """A MESSAGE addressed to the consumer, from the FrameDecoder (the fast path refused it)."""
 
     def on_message_parts(
-        self,
-        ledger_id: int,
-        entry_id: int,
-        redelivery_count: int,
-        checksum_ok: bool | None,
-        metadata: bytes,
-        payload: bytes,
-        num_messages_in_batch: int | None,
-        num_chunks_from_msg: int,
-        compression: int,
-        uncompressed_size: int,
-    ) -> None:
+        self, ledger_id: int, entry_id: int, redelivery_count: int, checksum_ok: bool | None, metadata: bytes,
+        payload: bytes, *routing: Any,
+    ) -> None:  # fmt: skip
         """A MESSAGE addressed to the consumer, decoded by the fast path (no ack_set; see
         :func:`quasar.client.codec.read_frames`): position, redelivery count, whether the CRC matched (None: no
-        checksum), the MessageMetadata bytes (checked: they parse), the payload bytes and the metadata fields
-        the consumer routes by."""
+        checksum), the MessageMetadata bytes (checked: they parse), the payload bytes, then the metadata fields
+        the consumer routes by (num_messages_in_batch or None, num_chunks_from_msg, compression,
+        uncompressed_size)."""
 
     def on_connection_closed(self, cnx: ClientCnx) -> None:
         """``cnx`` is gone, or the broker sent CLOSE_CONSUMER (the consumer is no longer registered)."""

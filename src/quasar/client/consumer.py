@@ -53,13 +53,12 @@ from .consumer_acks import Acknowledger
 from .consumer_flow import FlowControl
 from .consumer_incoming import DeliveryFilter
 from .context import ClientContext
-from .dead_letter import DeadLetterHandler
 from .errors import AlreadyClosedError, ClientError, InvalidMessageError
 from .message import Message, ReceivedEntry, unpack_batch
 from .negative_acks import UnackedMessageTracker
 from .op_send import message_id as _message_id
 from .receiver_queue import ReceiverQueue
-from .retry_letter import RetryLetterHandler, retry_policy
+from .retry_letter import letter_handlers
 
 __all__ = ["Consumer"]
 
@@ -131,36 +130,11 @@ class Consumer:
         self._chunks = ChunkAssembler(
             config.max_pending_chunked_message, config.expire_time_of_incomplete_chunked_message_ms
         )
-        self._dead_letter, self._retry_letter = self._letter_handlers(topic, subscription)
+        self._dead_letter, self._retry_letter = letter_handlers(
+            config, topic, subscription, acknowledge=self.acknowledge, redeliver=self._acker.redeliver,
+            create_producer=context.create_producer, tasks=self._tasks, give_back=self._flow.give_back,
+        )  # fmt: skip
         self._receipts = config.ack_receipt_enabled
-
-    def _letter_handlers(
-        self, topic: str, subscription: str
-    ) -> tuple[DeadLetterHandler | None, RetryLetterHandler | None]:
-        config = self.config
-        policy = config.dead_letter_policy
-        if config.retry_enable:  # filled by AsyncClient.subscribe already; this covers a direct construction
-            policy = retry_policy(policy, topic, subscription)
-        if policy is None:
-            return None, None
-        dead_letter = DeadLetterHandler(
-            policy,
-            topic=topic,
-            subscription=subscription,
-            acknowledge=self.acknowledge,
-            create_producer=self._context.create_producer,
-            tasks=self._tasks,
-            give_back=self._flow.give_back,
-        )
-        if not config.retry_enable:
-            return dead_letter, None
-        retry_letter = RetryLetterHandler(
-            dead_letter,
-            acknowledge=self.acknowledge,
-            redeliver=self._acker.redeliver,
-            create_producer=self._context.create_producer,
-        )
-        return dead_letter, retry_letter
 
     # ------------------------------------------------------------------------------- properties --
 
@@ -289,54 +263,33 @@ class Consumer:
             return
         md = parsed.metadata
         batch = md.num_messages_in_batch if md.HasField("num_messages_in_batch") else None
-        self._on_entry(
-            ledger_id, entry_id, cmd.redelivery_count, cmd.ack_set, md, parsed.payload, batch,
-            md.num_chunks_from_msg, md.compression, md.uncompressed_size,
-        )  # fmt: skip
+        routing = (batch, md.num_chunks_from_msg, md.compression, md.uncompressed_size)
+        self._on_entry(ledger_id, entry_id, cmd.redelivery_count, cmd.ack_set, md, parsed.payload, routing)
 
     def on_message_parts(
-        self,
-        ledger_id: int,
-        entry_id: int,
-        redelivery_count: int,
-        checksum_ok: bool | None,
-        metadata: bytes,
-        payload: bytes,
-        num_messages_in_batch: int | None,
-        num_chunks_from_msg: int,
-        compression: int,
-        uncompressed_size: int,
-    ) -> None:
+        self, ledger_id: int, entry_id: int, redelivery_count: int, checksum_ok: bool | None, metadata: bytes,
+        payload: bytes, *routing: Any,
+    ) -> None:  # fmt: skip
         """Connection port: a MESSAGE for this consumer decoded by the connection's fast path (no ack_set; the
-        metadata bytes checked as ``parse_headers_and_payload`` does, parsed only when an accessor needs them,
-        and the fields routed by); its messages are queued."""
+        metadata bytes checked as ``parse_headers_and_payload`` does, parsed only when an accessor needs them);
+        ``routing``: its num_messages_in_batch (None: not a batch), num_chunks_from_msg, compression and
+        uncompressed_size. Its messages are queued."""
         if checksum_ok is False:
             self._checksum_mismatch(ledger_id, entry_id)
             return
-        self._on_entry(
-            ledger_id, entry_id, redelivery_count, None, metadata, payload, num_messages_in_batch,
-            num_chunks_from_msg, compression, uncompressed_size,
-        )  # fmt: skip
+        self._on_entry(ledger_id, entry_id, redelivery_count, None, metadata, payload, routing)
 
     def _checksum_mismatch(self, ledger_id: int, entry_id: int) -> None:
         log.warning("checksum mismatch on %s %d:%d; discarding", self.topic, ledger_id, entry_id)
         self._discard((ledger_id, entry_id), _CHECKSUM_MISMATCH)
 
     def _on_entry(
-        self,
-        ledger_id: int,
-        entry_id: int,
-        redelivery_count: int,
-        ack_set: Any,
-        metadata: Any,
-        payload: bytes | memoryview,
-        batch: int | None,
-        chunks: int,
-        compression: int,
-        uncompressed_size: int,
-    ) -> None:
-        """One entry: ``metadata`` parsed or its bytes (see :class:`ReceivedEntry`); ``batch`` its
-        num_messages_in_batch (None: not a batch), then num_chunks_from_msg, compression, uncompressed_size."""
+        self, ledger_id: int, entry_id: int, redelivery_count: int, ack_set: Any, metadata: Any,
+        payload: bytes | memoryview, routing: tuple[Any, ...],
+    ) -> None:  # fmt: skip
+        """One entry: ``metadata`` parsed or its bytes (see :class:`ReceivedEntry`), ``routing`` as in
+        :meth:`on_message_parts`."""
+        batch, chunks, compression, uncompressed_size = routing
         is_batch = batch is not None
         chunk_ids = None
         if not is_batch and chunks > 1:
@@ -403,16 +356,8 @@ class Consumer:
         """The messages of a batched entry that are delivered (None when the entry is discarded)."""
         unacked = ack_set_bits(ack_set) if ack_set else None
         keep = self._filter.batch_filter(entry.ledger_id, entry.entry_id, unacked)
-        offset = 0
-        if isinstance(payload, memoryview):  # the rest of the frame's bytes: read those, no copy
-            whole = payload.obj
-            start = len(whole) - payload.nbytes if isinstance(whole, bytes) else -1
-            if isinstance(whole, bytes) and start >= 0 and whole[start : start + 16] == payload[:16]:
-                offset, payload = start, whole
-            else:
-                payload = bytes(payload)
-        try:
-            delivered, skipped = unpack_batch(payload, entry, keep, offset)
+        try:  # a memoryview (the FrameDecoder's path, which the fast path leaves to rare entries) is copied once
+            delivered, skipped = unpack_batch(payload, entry, keep)
         except InvalidMessageError as exc:
             log.warning("bad batch on %s %d:%d: %s", self.topic, entry.ledger_id, entry.entry_id, exc)
             self._discard(entry.key, _BATCH_DESERIALIZE_ERROR)

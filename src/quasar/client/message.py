@@ -379,11 +379,15 @@ _parse_metadata = pb.MessageMetadata.FromString
 
 
 def unpack_batch(
-    payload: bytes, entry: ReceivedEntry, keep: Callable[[int], bool] | None = None, offset: int = 0
+    payload: bytes | memoryview,
+    entry: ReceivedEntry,
+    keep: Callable[[int], bool] | None = None,
+    offset: int = 0,
 ) -> tuple[list[Message], int]:
     """Split an uncompressed batch payload (``[u32 size][SingleMessageMetadata][item]`` x ``entry.batch_size``,
     reference/pulsar-protocol.md §7.2) into Messages; items for which ``keep(index)`` is False are skipped.
-    The batch is ``payload[offset:]`` (so a frame's buffer is read without copying it first).
+    The batch is ``payload[offset:]`` (so a frame's buffer is read without copying it first); anything but
+    bytes is copied into bytes first.
 
     The consumer's hot path, compiled (``split_batch`` of ``quasar.client._codec_c``, twin ``_codec_py``): the
     Messages are built there without ``__init__``. A metadata that holds only ``payload_size`` and

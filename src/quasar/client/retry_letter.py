@@ -37,6 +37,7 @@ __all__ = [
     "MAX_RECONSUMETIMES",
     "RECONSUMETIMES",
     "RetryLetterHandler",
+    "letter_handlers",
     "retry_policy",
     "retry_topics",
 ]
@@ -77,6 +78,38 @@ def retry_policy(policy: DeadLetterPolicy | None, topic: str, subscription: str)
         retry_letter_topic=policy.retry_letter_topic or retry_topic,
         dead_letter_topic=policy.dead_letter_topic or dead_topic,
     )
+
+
+def letter_handlers(
+    config: Any,
+    topic: str,
+    subscription: str,
+    *,
+    acknowledge: Callable[[Any], Awaitable[None]],
+    redeliver: Callable[..., None],
+    create_producer: Callable[..., Awaitable[Any]],
+    tasks: Any,
+    give_back: Callable[[int], None],
+) -> tuple[DeadLetterHandler | None, RetryLetterHandler | None]:
+    """The dead-letter and retry-letter handlers of a consumer with ``config`` (a ConsumerConfig): (None, None)
+    without a dead-letter policy and without ``retry_enable``; the retry handler only with ``retry_enable``.
+    The callables are the consumer's (its acknowledge, redeliver, the client's create_producer, its task owner
+    and flow control's give_back)."""
+    policy = config.dead_letter_policy
+    if config.retry_enable:  # filled by AsyncClient.subscribe already; this covers a direct construction
+        policy = retry_policy(policy, topic, subscription)
+    if policy is None:
+        return None, None
+    dead_letter = DeadLetterHandler(
+        policy, topic=topic, subscription=subscription, acknowledge=acknowledge, create_producer=create_producer,
+        tasks=tasks, give_back=give_back,
+    )  # fmt: skip
+    if not config.retry_enable:
+        return dead_letter, None
+    retry = RetryLetterHandler(
+        dead_letter, acknowledge=acknowledge, redeliver=redeliver, create_producer=create_producer
+    )
+    return dead_letter, retry
 
 
 def retry_topics(topics: list[str], policy: DeadLetterPolicy) -> list[str]:
