@@ -84,6 +84,27 @@ static inline int qs_pb_skip(qs_pb_cursor *c, uint32_t wire_type) {
     }
 }
 
+/* Bytes of `v` as a varint (1 to 10). */
+static inline size_t qs_pb_varint_size(uint64_t v) {
+    size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+/* Write `v` as a varint at `out` (room for 10 bytes); returns the bytes written. */
+static inline size_t qs_pb_put_varint(uint8_t *out, uint64_t v) {
+    size_t n = 0;
+    while (v >= 0x80) {
+        out[n++] = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    out[n++] = (uint8_t)v;
+    return n;
+}
+
 static inline uint32_t qs_be32(const uint8_t *p) {
     return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
 }

@@ -24,6 +24,7 @@
 
 #include "qs_crc32c.h"
 #include "qs_pb.h"
+#include "qs_pyargs.h"
 #include "qs_utf8.h"
 
 #define SEND_TYPE 6
@@ -276,53 +277,6 @@ static PyObject *parse_send(PyObject *module, PyObject *const *args, Py_ssize_t 
 
 /* ------------------------------------------------------------------ SEND_RECEIPT */
 
-static size_t put_varint(uint8_t *out, uint64_t v) {
-    size_t n = 0;
-    while (v >= 0x80) {
-        out[n++] = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    out[n++] = (uint8_t)v;
-    return n;
-}
-
-static size_t varint_size(uint64_t v) {
-    size_t n = 1;
-    while (v >= 0x80) {
-        v >>= 7;
-        n++;
-    }
-    return n;
-}
-
-/* An unsigned 64-bit argument; ValueError (as protobuf's setter) when negative or too large. */
-static int arg_u64(PyObject *arg, uint64_t *out) {
-    unsigned long long v = PyLong_AsUnsignedLongLong(arg);
-    if (v == (unsigned long long)-1 && PyErr_Occurred()) {
-        if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
-            PyErr_Clear();
-            PyErr_Format(PyExc_ValueError, "%R is out of the uint64 range", arg);
-        }
-        return -1;
-    }
-    *out = (uint64_t)v;
-    return 0;
-}
-
-/* A signed 64-bit id (ledger or entry id) as its uint64 wire value (-1 -> 2^64-1); ValueError outside int64. */
-static int arg_id(PyObject *arg, uint64_t *out) {
-    long long v = PyLong_AsLongLong(arg);
-    if (v == -1 && PyErr_Occurred()) {
-        if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
-            PyErr_Clear();
-            return arg_u64(arg, out); /* ids up to 2^64-1 are valid uint64 wire values */
-        }
-        return -1;
-    }
-    *out = (uint64_t)v;
-    return 0;
-}
-
 PyDoc_STRVAR(encode_send_receipt_doc,
              "encode_send_receipt(producer_id, sequence_id, ledger_id, entry_id, highest_sequence_id) -> bytes\n\n"
              "The whole SEND_RECEIPT frame ([totalSize][commandSize][BaseCommand]) with\n"
@@ -338,21 +292,15 @@ static PyObject *encode_send_receipt(PyObject *module, PyObject *const *args, Py
     }
     uint64_t producer_id, sequence_id, ledger_id, entry_id, highest = 0;
     int has_highest = args[4] != Py_None;
-    for (int i = 0; i < 5; i++) {
-        if (i == 4 && !has_highest) break;
-        if (!PyLong_Check(args[i])) {
-            PyErr_Format(PyExc_TypeError, "encode_send_receipt: argument %d must be int, not %s", i + 1,
-                         Py_TYPE(args[i])->tp_name);
-            return NULL;
-        }
-    }
-    if (arg_u64(args[0], &producer_id) || arg_u64(args[1], &sequence_id) || arg_id(args[2], &ledger_id) ||
-        arg_id(args[3], &entry_id) || (has_highest && arg_u64(args[4], &highest)))
+    if (qs_arg_unsigned(args[0], "producer_id", UINT64_MAX, &producer_id) ||
+        qs_arg_unsigned(args[1], "sequence_id", UINT64_MAX, &sequence_id) || qs_arg_id(args[2], "ledger_id", &ledger_id) ||
+        qs_arg_id(args[3], "entry_id", &entry_id) ||
+        (has_highest && qs_arg_unsigned(args[4], "highest_sequence_id", UINT64_MAX, &highest)))
         return NULL;
-    size_t id_size = 2 + varint_size(ledger_id) + varint_size(entry_id);
-    size_t receipt_size = 2 + varint_size(producer_id) + varint_size(sequence_id) + 1 + varint_size(id_size) + id_size +
-                          (has_highest ? 1 + varint_size(highest) : 0);
-    size_t command_size = 2 + 1 + varint_size(receipt_size) + receipt_size;
+    size_t id_size = 2 + qs_pb_varint_size(ledger_id) + qs_pb_varint_size(entry_id);
+    size_t receipt_size = 2 + qs_pb_varint_size(producer_id) + qs_pb_varint_size(sequence_id) + 1 + qs_pb_varint_size(id_size) + id_size +
+                          (has_highest ? 1 + qs_pb_varint_size(highest) : 0);
+    size_t command_size = 2 + 1 + qs_pb_varint_size(receipt_size) + receipt_size;
     PyObject *frame = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(8 + command_size));
     if (frame == NULL) return NULL;
     uint8_t *out = (uint8_t *)PyBytes_AS_STRING(frame);
@@ -362,20 +310,20 @@ static PyObject *encode_send_receipt(PyObject *module, PyObject *const *args, Py
     *p++ = 0x08; /* BaseCommand.type */
     *p++ = 7;    /* SEND_RECEIPT */
     *p++ = 0x3A; /* BaseCommand.send_receipt (field 7, length-delimited) */
-    p += put_varint(p, receipt_size);
+    p += qs_pb_put_varint(p, receipt_size);
     *p++ = 0x08; /* producer_id */
-    p += put_varint(p, producer_id);
+    p += qs_pb_put_varint(p, producer_id);
     *p++ = 0x10; /* sequence_id */
-    p += put_varint(p, sequence_id);
+    p += qs_pb_put_varint(p, sequence_id);
     *p++ = 0x1A; /* message_id */
-    p += put_varint(p, id_size);
+    p += qs_pb_put_varint(p, id_size);
     *p++ = 0x08; /* ledgerId */
-    p += put_varint(p, ledger_id);
+    p += qs_pb_put_varint(p, ledger_id);
     *p++ = 0x10; /* entryId */
-    p += put_varint(p, entry_id);
+    p += qs_pb_put_varint(p, entry_id);
     if (has_highest) {
         *p++ = 0x20; /* highest_sequence_id */
-        p += put_varint(p, highest);
+        p += qs_pb_put_varint(p, highest);
     }
     return frame;
 }
@@ -445,23 +393,6 @@ done:
 
 /* ------------------------------------------------------------------ MESSAGE */
 
-/* An int64 (or int32: sign-extended, as protobuf writes negative int32 varints) argument's wire value. */
-static int arg_signed(PyObject *arg, int64_t lo, int64_t hi, uint64_t *out) {
-    if (!PyLong_Check(arg)) {
-        PyErr_Format(PyExc_TypeError, "expected int, not %s", Py_TYPE(arg)->tp_name);
-        return -1;
-    }
-    int overflow = 0;
-    long long v = PyLong_AsLongLongAndOverflow(arg, &overflow);
-    if (v == -1 && PyErr_Occurred()) return -1;
-    if (overflow || v < lo || v > hi) {
-        PyErr_Format(PyExc_ValueError, "%R is out of range", arg);
-        return -1;
-    }
-    *out = (uint64_t)(int64_t)v;
-    return 0;
-}
-
 #define MAX_ACK_SET_WORDS 65536 /* 4 Mi batch indexes: more than any batch a max-size entry can hold */
 
 PyDoc_STRVAR(encode_message_header_doc,
@@ -480,25 +411,15 @@ static PyObject *encode_message_header(PyObject *module, PyObject *const *args, 
         PyErr_SetString(PyExc_TypeError, "encode_message_header() takes exactly 8 arguments");
         return NULL;
     }
-    uint64_t consumer_id, ledger_id, entry_id, partition, redelivery = 0, epoch = 0, payload_size;
-    for (int i = 0; i < 8; i++) {
-        if ((i == 5 || i == 6) && args[i] == Py_None) continue;
-        if (i != 5 && !PyLong_Check(args[i])) {
-            PyErr_Format(PyExc_TypeError, "encode_message_header: argument %d must be int, not %s", i + 1,
-                         Py_TYPE(args[i])->tp_name);
-            return NULL;
-        }
-    }
-    if (arg_u64(args[0], &consumer_id) || arg_id(args[1], &ledger_id) || arg_id(args[2], &entry_id) ||
-        arg_signed(args[3], INT32_MIN, INT32_MAX, &partition) ||
-        arg_signed(args[4], INT64_MIN, UINT32_MAX, &redelivery) || (args[6] != Py_None && arg_u64(args[6], &epoch)) ||
-        arg_u64(args[7], &payload_size))
+    uint64_t consumer_id, ledger_id, entry_id, epoch = 0, payload_size;
+    long long partition, redelivery;
+    if (qs_arg_unsigned(args[0], "consumer_id", UINT64_MAX, &consumer_id) || qs_arg_id(args[1], "ledger_id", &ledger_id) ||
+        qs_arg_id(args[2], "entry_id", &entry_id) || qs_arg_signed(args[3], "partition", INT32_MIN, INT32_MAX, &partition) ||
+        qs_arg_signed(args[4], "redelivery_count", LLONG_MIN, UINT32_MAX, &redelivery) ||
+        (args[6] != Py_None && qs_arg_unsigned(args[6], "consumer_epoch", UINT64_MAX, &epoch)) ||
+        qs_arg_unsigned(args[7], "payload_size", UINT32_MAX, &payload_size))
         return NULL;
-    int has_redelivery = (int64_t)redelivery > 0; /* 0 or less: the field is left out */
-    if (payload_size > 0xFFFFFFFFu) {
-        PyErr_SetString(PyExc_ValueError, "the MESSAGE frame does not fit the u32 totalSize field");
-        return NULL;
-    }
+    int has_redelivery = redelivery > 0; /* 0 or less: the field is left out */
     PyObject *words = NULL;
     Py_ssize_t n_words = 0;
     if (args[5] != Py_None) {
@@ -522,14 +443,16 @@ static PyObject *encode_message_header(PyObject *module, PyObject *const *args, 
     }
     size_t ack_size = 0;
     for (Py_ssize_t i = 0; i < n_words; i++) {
-        if (arg_signed(PySequence_Fast_GET_ITEM(words, i), INT64_MIN, INT64_MAX, &wire_words[i])) goto fail;
-        ack_size += 1 + varint_size(wire_words[i]);
+        long long word;
+        if (qs_arg_signed(PySequence_Fast_GET_ITEM(words, i), "ack_set word", INT64_MIN, INT64_MAX, &word)) goto fail;
+        wire_words[i] = (uint64_t)word;
+        ack_size += 1 + qs_pb_varint_size(wire_words[i]);
     }
-    size_t id_size = 3 + varint_size(ledger_id) + varint_size(entry_id) + varint_size(partition);
-    size_t message_size = 1 + varint_size(consumer_id) + 1 + varint_size(id_size) + id_size +
-                          (has_redelivery ? 1 + varint_size(redelivery) : 0) + ack_size +
-                          (args[6] != Py_None ? 1 + varint_size(epoch) : 0);
-    size_t command_size = 2 + 1 + varint_size(message_size) + message_size;
+    size_t id_size = 3 + qs_pb_varint_size(ledger_id) + qs_pb_varint_size(entry_id) + qs_pb_varint_size((uint64_t)partition);
+    size_t message_size = 1 + qs_pb_varint_size(consumer_id) + 1 + qs_pb_varint_size(id_size) + id_size +
+                          (has_redelivery ? 1 + qs_pb_varint_size((uint64_t)redelivery) : 0) + ack_size +
+                          (args[6] != Py_None ? 1 + qs_pb_varint_size(epoch) : 0);
+    size_t command_size = 2 + 1 + qs_pb_varint_size(message_size) + message_size;
     if (4 + command_size + payload_size > 0xFFFFFFFFu) {
         PyErr_SetString(PyExc_ValueError, "the MESSAGE frame does not fit the u32 totalSize field");
         goto fail;
@@ -543,28 +466,28 @@ static PyObject *encode_message_header(PyObject *module, PyObject *const *args, 
     *p++ = 0x08; /* BaseCommand.type */
     *p++ = 9;    /* MESSAGE */
     *p++ = 0x4A; /* BaseCommand.message (field 9, length-delimited) */
-    p += put_varint(p, message_size);
+    p += qs_pb_put_varint(p, message_size);
     *p++ = 0x08; /* consumer_id */
-    p += put_varint(p, consumer_id);
+    p += qs_pb_put_varint(p, consumer_id);
     *p++ = 0x12; /* message_id */
-    p += put_varint(p, id_size);
+    p += qs_pb_put_varint(p, id_size);
     *p++ = 0x08; /* ledgerId */
-    p += put_varint(p, ledger_id);
+    p += qs_pb_put_varint(p, ledger_id);
     *p++ = 0x10; /* entryId */
-    p += put_varint(p, entry_id);
+    p += qs_pb_put_varint(p, entry_id);
     *p++ = 0x18; /* partition */
-    p += put_varint(p, partition);
+    p += qs_pb_put_varint(p, (uint64_t)partition); /* an int32 is sign-extended, as protobuf writes it */
     if (has_redelivery) {
         *p++ = 0x18; /* redelivery_count */
-        p += put_varint(p, redelivery);
+        p += qs_pb_put_varint(p, (uint64_t)redelivery);
     }
     for (Py_ssize_t i = 0; i < n_words; i++) {
         *p++ = 0x20; /* ack_set (repeated int64, not packed in proto2) */
-        p += put_varint(p, wire_words[i]);
+        p += qs_pb_put_varint(p, wire_words[i]);
     }
     if (args[6] != Py_None) {
         *p++ = 0x28; /* consumer_epoch */
-        p += put_varint(p, epoch);
+        p += qs_pb_put_varint(p, epoch);
     }
     if (wire_words != stack_words) PyMem_Free(wire_words);
     Py_XDECREF(words);
