@@ -19,7 +19,8 @@
 #include <string.h>
 
 #include "qs_crc32c.h"
-#include "qs_pb.h"  /* qs_put_be32 */
+#include "qs_pb.h"
+#include "qs_pyargs.h"
 
 #define U32_MAX_ 0xFFFFFFFFull
 #define GIL_FREE_CRC_BYTES (256 * 1024)
@@ -67,15 +68,6 @@ static int ob_varint(outbuf *b, uint64_t v) {
     return 0;
 }
 
-static size_t varint_size(uint64_t v) {
-    size_t n = 1;
-    while (v >= 0x80) {
-        v >>= 7;
-        n++;
-    }
-    return n;
-}
-
 static int ob_tag(outbuf *b, uint32_t field, uint32_t wire) { return ob_varint(b, ((uint64_t)field << 3) | wire); }
 
 static int ob_delimited(outbuf *b, uint32_t field, const char *data, size_t len) {
@@ -84,47 +76,6 @@ static int ob_delimited(outbuf *b, uint32_t field, const char *data, size_t len)
 }
 
 /* ------------------------------------------------------------------------------- argument checks -- */
-
-/* An int in [low, high] (signed) -> *out; TypeError / ValueError naming `name`. */
-static int get_signed(PyObject *obj, const char *name, long long low, long long high, long long *out) {
-    if (!PyLong_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "%s must be an int, got %.100s", name, Py_TYPE(obj)->tp_name);
-        return -1;
-    }
-    int overflow = 0;
-    long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
-    if (v == -1 && PyErr_Occurred()) return -1;
-    if (overflow || v < low || v > high) {
-        PyErr_Format(PyExc_ValueError, "%s %R is out of range [%lld, %lld]", name, obj, low, high);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-/* An int in [0, high] (unsigned, high up to 2**64 - 1) -> *out. */
-static int get_unsigned(PyObject *obj, const char *name, unsigned long long high, uint64_t *out) {
-    if (!PyLong_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "%s must be an int, got %.100s", name, Py_TYPE(obj)->tp_name);
-        return -1;
-    }
-    int negative = _PyLong_Sign(obj) < 0;
-    unsigned long long v = 0;
-    if (!negative) {
-        v = PyLong_AsUnsignedLongLong(obj);
-        if (v == (unsigned long long)-1 && PyErr_Occurred()) {
-            if (!PyErr_ExceptionMatches(PyExc_OverflowError)) return -1;
-            PyErr_Clear();
-            negative = 1; /* reported below as out of range */
-        }
-    }
-    if (negative || v > high) {
-        PyErr_Format(PyExc_ValueError, "%s %R is out of range [0, %llu]", name, obj, high);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
 
 static int get_str(PyObject *obj, const char *name, const char **data, Py_ssize_t *len) {
     if (!PyUnicode_Check(obj)) {
@@ -155,7 +106,7 @@ static int put_str_field(outbuf *b, uint32_t field, PyObject *obj, const char *n
 static int put_signed_field(outbuf *b, uint32_t field, PyObject *obj, const char *name, long long low,
                             long long high) {
     long long v;
-    if (get_signed(obj, name, low, high, &v)) return -1;
+    if (qs_arg_signed(obj, name, low, high, &v)) return -1;
     if (ob_tag(b, field, 0)) return -1;
     return ob_varint(b, (uint64_t)v); /* negatives: 64-bit two's complement, as protobuf */
 }
@@ -163,7 +114,7 @@ static int put_signed_field(outbuf *b, uint32_t field, PyObject *obj, const char
 static int put_unsigned_field(outbuf *b, uint32_t field, PyObject *obj, const char *name,
                               unsigned long long high) {
     uint64_t v;
-    if (get_unsigned(obj, name, high, &v)) return -1;
+    if (qs_arg_unsigned(obj, name, high, &v)) return -1;
     if (ob_tag(b, field, 0)) return -1;
     return ob_varint(b, v);
 }
@@ -185,7 +136,7 @@ static int put_properties(outbuf *b, uint32_t field, PyObject *properties) {
         const char *k, *v;
         Py_ssize_t klen, vlen;
         if (get_str(key, "property key", &k, &klen) || get_str(value, "property value", &v, &vlen)) goto done;
-        size_t inner = 1 + varint_size((uint64_t)klen) + (size_t)klen + 1 + varint_size((uint64_t)vlen) + (size_t)vlen;
+        size_t inner = 1 + qs_pb_varint_size((uint64_t)klen) + (size_t)klen + 1 + qs_pb_varint_size((uint64_t)vlen) + (size_t)vlen;
         if (ob_tag(b, field, 2) || ob_varint(b, inner) || ob_delimited(b, 1, k, (size_t)klen) ||
             ob_delimited(b, 2, v, (size_t)vlen))
             goto done;
@@ -276,8 +227,8 @@ static int put_single(outbuf *b, PyObject *payload_size, PyObject *sequence_id, 
                       PyObject *partition_key, PyObject *event_time, PyObject *ordering_key) {
     long long size;
     uint64_t sid;
-    if (get_signed(payload_size, "payload_size", INT32_MIN, INT32_MAX, &size)) return -1;
-    if (get_unsigned(sequence_id, "sequence_id", UINT64_MAX, &sid)) return -1;
+    if (qs_arg_signed(payload_size, "payload_size", INT32_MIN, INT32_MAX, &size)) return -1;
+    if (qs_arg_unsigned(sequence_id, "sequence_id", UINT64_MAX, &sid)) return -1;
     if (properties != Py_None && put_properties(b, 1, properties)) return -1;
     if (partition_key != Py_None && put_str_field(b, 2, partition_key, "partition_key")) return -1;
     if (ob_tag(b, 3, 0) || ob_varint(b, (uint64_t)size)) return -1;
@@ -321,10 +272,10 @@ static PyObject *encode_send(PyObject *module, PyObject *const *args, Py_ssize_t
     uint8_t inner[60];
     uint64_t producer_id, sequence_id, highest = 0;
     long long num = 0;
-    if (get_unsigned(args[0], "producer_id", UINT64_MAX, &producer_id)) return NULL;
-    if (get_unsigned(args[1], "sequence_id", UINT64_MAX, &sequence_id)) return NULL;
-    if (args[2] != Py_None && get_signed(args[2], "num_messages", INT32_MIN, INT32_MAX, &num)) return NULL;
-    if (args[3] != Py_None && get_unsigned(args[3], "highest_sequence_id", UINT64_MAX, &highest)) return NULL;
+    if (qs_arg_unsigned(args[0], "producer_id", UINT64_MAX, &producer_id)) return NULL;
+    if (qs_arg_unsigned(args[1], "sequence_id", UINT64_MAX, &sequence_id)) return NULL;
+    if (args[2] != Py_None && qs_arg_signed(args[2], "num_messages", INT32_MIN, INT32_MAX, &num)) return NULL;
+    if (args[3] != Py_None && qs_arg_unsigned(args[3], "highest_sequence_id", UINT64_MAX, &highest)) return NULL;
     int is_chunk = PyObject_IsTrue(args[4]);
     if (is_chunk < 0) return NULL;
     const char *metadata, *payload;
@@ -407,21 +358,6 @@ PyDoc_STRVAR(encode_ack_doc,
 "entry}}), byte-identical to commands.new_ack(consumer_id, entries, ack_type). entries: a list of\n"
 "(ledger_id, entry_id) tuples of int64 or uint64. Raises TypeError / ValueError.");
 
-/* An id in [-2**63, 2**64): its uint64 wire value (two's complement for negatives). */
-static int get_id(PyObject *obj, const char *name, uint64_t *out) {
-    if (!PyLong_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "%s must be an int, got %.100s", name, Py_TYPE(obj)->tp_name);
-        return -1;
-    }
-    if (_PyLong_Sign(obj) < 0) {
-        long long v;
-        if (get_signed(obj, name, INT64_MIN, INT64_MAX, &v)) return -1;
-        *out = (uint64_t)v;
-        return 0;
-    }
-    return get_unsigned(obj, name, UINT64_MAX, out);
-}
-
 static PyObject *encode_ack(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 3) {
         PyErr_Format(PyExc_TypeError, "encode_ack takes 3 arguments (%zd given)", nargs);
@@ -429,8 +365,8 @@ static PyObject *encode_ack(PyObject *module, PyObject *const *args, Py_ssize_t 
     }
     uint64_t consumer_id;
     long long ack_type;
-    if (get_unsigned(args[0], "consumer_id", UINT64_MAX, &consumer_id)) return NULL;
-    if (get_signed(args[1], "ack_type", 0, 1, &ack_type)) return NULL;
+    if (qs_arg_unsigned(args[0], "consumer_id", UINT64_MAX, &consumer_id)) return NULL;
+    if (qs_arg_signed(args[1], "ack_type", 0, 1, &ack_type)) return NULL;
     PyObject *entries = args[2];
     if (!PyList_Check(entries)) {
         PyErr_Format(PyExc_TypeError, "entries must be a list, got %.100s", Py_TYPE(entries)->tp_name);
@@ -447,15 +383,15 @@ static PyObject *encode_ack(PyObject *module, PyObject *const *args, Py_ssize_t 
             goto done;
         }
         uint64_t ledger, entry;
-        if (get_id(PyTuple_GET_ITEM(item, 0), "ledger_id", &ledger) ||
-            get_id(PyTuple_GET_ITEM(item, 1), "entry_id", &entry))
+        if (qs_arg_id(PyTuple_GET_ITEM(item, 0), "ledger_id", &ledger) ||
+            qs_arg_id(PyTuple_GET_ITEM(item, 1), "entry_id", &entry))
             goto done;
-        size_t len = 2 + varint_size(ledger) + varint_size(entry);
+        size_t len = 2 + qs_pb_varint_size(ledger) + qs_pb_varint_size(entry);
         if (ob_tag(&body, 3, 2) || ob_varint(&body, len) || ob_tag(&body, 1, 0) || ob_varint(&body, ledger) ||
             ob_tag(&body, 2, 0) || ob_varint(&body, entry))
             goto done;
     }
-    size_t command = 1 + 1 + 1 + varint_size(body.len) + body.len;
+    size_t command = 1 + 1 + 1 + qs_pb_varint_size(body.len) + body.len;
     if (command + 4 > U32_MAX_) {
         PyErr_SetString(PyExc_ValueError, "ACK frame does not fit the u32 totalSize field");
         goto done;
@@ -510,9 +446,9 @@ static int bc_init(BatchContainer *self, PyObject *args, PyObject *kwargs) {
     static char *names[] = {"max_messages", "max_bytes", "max_message_size", NULL};
     PyObject *a, *b, *c;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO:BatchContainer", names, &a, &b, &c)) return -1;
-    if (get_signed(a, "max_messages", INT64_MIN, INT64_MAX, &self->max_messages) ||
-        get_signed(b, "max_bytes", INT64_MIN, INT64_MAX, &self->max_bytes) ||
-        get_signed(c, "max_message_size", INT64_MIN, INT64_MAX, &self->max_message_size))
+    if (qs_arg_signed(a, "max_messages", INT64_MIN, INT64_MAX, &self->max_messages) ||
+        qs_arg_signed(b, "max_bytes", INT64_MIN, INT64_MAX, &self->max_bytes) ||
+        qs_arg_signed(c, "max_message_size", INT64_MIN, INT64_MAX, &self->max_message_size))
         return -1;
     self->size_limit = self->max_bytes <= 0 ? self->max_message_size : self->max_bytes;
     return bc_reset(self);
@@ -609,7 +545,7 @@ static PyObject *bc_add_plain(BatchContainer *self, PyObject *const *args, Py_ss
         PyErr_Format(PyExc_ValueError, "payload_size %zd is out of range [%d, %d]", size, INT32_MIN, INT32_MAX);
         return NULL;
     }
-    if (get_unsigned(args[1], "sequence_id", UINT64_MAX, &sid)) return NULL;
+    if (qs_arg_unsigned(args[1], "sequence_id", UINT64_MAX, &sid)) return NULL;
     int force = 0;
     if (force_arg && (force = PyObject_IsTrue(force_arg)) < 0) return NULL;
     long long count = self->num_messages;
@@ -650,7 +586,7 @@ static PyObject *bc_add(BatchContainer *self, PyObject *const *args, Py_ssize_t 
     if (!size_obj) goto out;
     int rc = put_single(&b, size_obj, args[1], values[1], values[2], values[3], values[4]);
     Py_DECREF(size_obj);
-    if (rc || get_unsigned(args[1], "sequence_id", UINT64_MAX, &sid)) goto out;
+    if (rc || qs_arg_unsigned(args[1], "sequence_id", UINT64_MAX, &sid)) goto out;
     int full = bc_append(self, b.p, b.len, payload, size, args[1], args[2], args[0]);
     if (full >= 0) result = PyBool_FromLong(full);
 out:
@@ -661,7 +597,7 @@ out:
 
 static PyObject *bc_has_enough_space(BatchContainer *self, PyObject *arg) {
     long long size;
-    if (get_signed(arg, "size", INT64_MIN / 4, INT64_MAX / 4, &size)) return NULL;
+    if (qs_arg_signed(arg, "size", INT64_MIN / 4, INT64_MAX / 4, &size)) return NULL;
     int ok = size + self->current_bytes <= self->size_limit &&
              (self->max_messages <= 0 || self->num_messages < self->max_messages);
     return PyBool_FromLong(ok);

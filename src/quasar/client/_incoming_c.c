@@ -20,6 +20,7 @@
 
 #include "qs_crc32c.h"
 #include "qs_pb.h"
+#include "qs_pyargs.h"
 #include "qs_utf8.h"
 
 #define RECEIPT 7
@@ -303,23 +304,6 @@ done:
 
 /* ------------------------------------------------------------------------------- argument checks -- */
 
-/* An int in [low, high] -> *out; TypeError / ValueError naming `name`. */
-static int get_signed(PyObject *obj, const char *name, long long low, long long high, long long *out) {
-    if (!PyLong_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "%s must be an int, got %.100s", name, Py_TYPE(obj)->tp_name);
-        return -1;
-    }
-    int overflow = 0;
-    long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
-    if (v == -1 && PyErr_Occurred()) return -1;
-    if (overflow || v < low || v > high) {
-        PyErr_Format(PyExc_ValueError, "%s %R is out of range [%lld, %lld]", name, obj, low, high);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
 static int get_bytes(PyObject *obj, const char *name, const char **data, Py_ssize_t *len) {
     if (!PyBytes_Check(obj)) {
         PyErr_Format(PyExc_TypeError, "%s must be bytes, got %.100s", name, Py_TYPE(obj)->tp_name);
@@ -414,8 +398,8 @@ static PyObject *split_batch(PyObject *module, PyObject *const *args, Py_ssize_t
     Py_ssize_t total;
     long long offset, count;
     if (get_bytes(payload, "payload", &data, &total)) return NULL;
-    if (get_signed(args[1], "offset", 0, (long long)total, &offset)) return NULL;
-    if (get_signed(args[2], "count", 0, INT64_MAX, &count)) return NULL;
+    if (qs_arg_signed(args[1], "offset", 0, (long long)total, &offset)) return NULL;
+    if (qs_arg_signed(args[2], "count", 0, INT64_MAX, &count)) return NULL;
     Py_ssize_t off[4];
     if (slot_offsets(type, MESSAGE_SLOTS, 4, off)) return NULL;
     const uint8_t *base = (const uint8_t *)data;
@@ -532,7 +516,7 @@ static PyObject *complete_receipt(PyObject *module, PyObject *const *args, Py_ss
         return NULL;
     }
     long long size;
-    if (get_signed(args[4], "size", INT32_MIN, INT32_MAX, &size)) return NULL;
+    if (qs_arg_signed(args[4], "size", INT32_MIN, INT32_MAX, &size)) return NULL;
     Py_ssize_t off[5];
     if (slot_offsets(type, ID_SLOTS, 5, off)) return NULL;
     PyObject *snapshot = PyList_GetSlice(waiters, 0, PyList_GET_SIZE(waiters));
