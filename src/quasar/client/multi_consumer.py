@@ -127,11 +127,14 @@ class MultiTopicsConsumer:
             )
             for name, index in names
         ]
+        # registered before they start: a child's first message can reach the shared queue (and the
+        # application, which may acknowledge it through this list) before every child has started
+        self.consumers.extend(children)
         results = await asyncio.gather(*(c.start() for c in children), return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]
-        self.consumers.extend(
-            c for c, r in zip(children, results, strict=True) if not isinstance(r, BaseException)
-        )
+        for child, result in zip(children, results, strict=True):
+            if isinstance(result, BaseException):
+                self.consumers.remove(child)
         self._partitions[topic] = partitions
         if topic not in self.topics:
             self.topics.append(topic)
