@@ -44,7 +44,7 @@ from pathlib import Path
 import pytest
 
 from quasar.testing.broker_process import BrokerProcess
-from tests.storage.lazyfs import LazyFSProcess, unavailable_reason
+from tests.storage.lazyfs_process import LazyFSProcess, unavailable_reason
 
 _UNAVAILABLE = unavailable_reason()
 pytestmark = pytest.mark.skipif(_UNAVAILABLE is not None, reason=_UNAVAILABLE or "")
