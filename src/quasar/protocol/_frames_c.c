@@ -277,6 +277,29 @@ static PyObject *parse_send(PyObject *module, PyObject *const *args, Py_ssize_t 
 
 /* ------------------------------------------------------------------ SEND_RECEIPT */
 
+/* The first bytes of a frame whose BaseCommand is {type, <one sub-message of body_size bytes>}:
+ * [totalSize][commandSize][0x08 type][sub-message tag][body_size varint]; returns the write position. */
+static uint8_t *put_command_head(uint8_t *out, size_t total_size, size_t command_size, uint8_t type, uint8_t tag,
+                                 size_t body_size) {
+    qs_put_be32(out, (uint32_t)total_size);
+    qs_put_be32(out + 4, (uint32_t)command_size);
+    uint8_t *p = out + 8;
+    *p++ = 0x08; /* BaseCommand.type */
+    *p++ = type;
+    *p++ = tag; /* the sub-message's field, length-delimited */
+    return p + qs_pb_put_varint(p, body_size);
+}
+
+/* A MessageIdData field: tag, size (id_size counts whatever the caller writes after), ledgerId, entryId. */
+static uint8_t *put_message_id(uint8_t *p, uint8_t tag, size_t id_size, uint64_t ledger_id, uint64_t entry_id) {
+    *p++ = tag;
+    p += qs_pb_put_varint(p, id_size);
+    *p++ = 0x08; /* ledgerId */
+    p += qs_pb_put_varint(p, ledger_id);
+    *p++ = 0x10; /* entryId */
+    return p + qs_pb_put_varint(p, entry_id);
+}
+
 PyDoc_STRVAR(encode_send_receipt_doc,
              "encode_send_receipt(producer_id, sequence_id, ledger_id, entry_id, highest_sequence_id) -> bytes\n\n"
              "The whole SEND_RECEIPT frame ([totalSize][commandSize][BaseCommand]) with\n"
@@ -303,24 +326,14 @@ static PyObject *encode_send_receipt(PyObject *module, PyObject *const *args, Py
     size_t command_size = 2 + 1 + qs_pb_varint_size(receipt_size) + receipt_size;
     PyObject *frame = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(8 + command_size));
     if (frame == NULL) return NULL;
-    uint8_t *out = (uint8_t *)PyBytes_AS_STRING(frame);
-    qs_put_be32(out, (uint32_t)(command_size + 4));
-    qs_put_be32(out + 4, (uint32_t)command_size);
-    uint8_t *p = out + 8;
-    *p++ = 0x08; /* BaseCommand.type */
-    *p++ = 7;    /* SEND_RECEIPT */
-    *p++ = 0x3A; /* BaseCommand.send_receipt (field 7, length-delimited) */
-    p += qs_pb_put_varint(p, receipt_size);
+    /* SEND_RECEIPT (7) in BaseCommand.send_receipt (field 7: tag 0x3A) */
+    uint8_t *p = put_command_head((uint8_t *)PyBytes_AS_STRING(frame), command_size + 4, command_size, 7, 0x3A,
+                                  receipt_size);
     *p++ = 0x08; /* producer_id */
     p += qs_pb_put_varint(p, producer_id);
     *p++ = 0x10; /* sequence_id */
     p += qs_pb_put_varint(p, sequence_id);
-    *p++ = 0x1A; /* message_id */
-    p += qs_pb_put_varint(p, id_size);
-    *p++ = 0x08; /* ledgerId */
-    p += qs_pb_put_varint(p, ledger_id);
-    *p++ = 0x10; /* entryId */
-    p += qs_pb_put_varint(p, entry_id);
+    p = put_message_id(p, 0x1A, id_size, ledger_id, entry_id); /* message_id (field 3) */
     if (has_highest) {
         *p++ = 0x20; /* highest_sequence_id */
         p += qs_pb_put_varint(p, highest);
@@ -459,22 +472,12 @@ static PyObject *encode_message_header(PyObject *module, PyObject *const *args, 
     }
     PyObject *header = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(8 + command_size));
     if (header == NULL) goto fail;
-    uint8_t *out = (uint8_t *)PyBytes_AS_STRING(header);
-    qs_put_be32(out, (uint32_t)(4 + command_size + payload_size));
-    qs_put_be32(out + 4, (uint32_t)command_size);
-    uint8_t *p = out + 8;
-    *p++ = 0x08; /* BaseCommand.type */
-    *p++ = 9;    /* MESSAGE */
-    *p++ = 0x4A; /* BaseCommand.message (field 9, length-delimited) */
-    p += qs_pb_put_varint(p, message_size);
+    /* MESSAGE (9) in BaseCommand.message (field 9: tag 0x4A) */
+    uint8_t *p = put_command_head((uint8_t *)PyBytes_AS_STRING(header), 4 + command_size + payload_size,
+                                  command_size, 9, 0x4A, message_size);
     *p++ = 0x08; /* consumer_id */
     p += qs_pb_put_varint(p, consumer_id);
-    *p++ = 0x12; /* message_id */
-    p += qs_pb_put_varint(p, id_size);
-    *p++ = 0x08; /* ledgerId */
-    p += qs_pb_put_varint(p, ledger_id);
-    *p++ = 0x10; /* entryId */
-    p += qs_pb_put_varint(p, entry_id);
+    p = put_message_id(p, 0x12, id_size, ledger_id, entry_id); /* message_id (field 2), then its partition */
     *p++ = 0x18; /* partition */
     p += qs_pb_put_varint(p, (uint64_t)partition); /* an int32 is sign-extended, as protobuf writes it */
     if (has_redelivery) {
