@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
+from quasar.broker.cluster.model import LookupAnswer, LookupKind
 from quasar.broker.config import BrokerConfig
+from quasar.broker.errors import NamespaceNotFoundError
 from quasar.broker.non_persistent import NonPersistentTopic
 from quasar.broker.server_cnx import ServerCnx
 from quasar.protocol import NEED_DATA, CommandType, FrameDecoder, TopicName, commands, requests
@@ -79,6 +81,11 @@ class FakeService:
 
     def partitions(self, topic: TopicName) -> int:
         return 0
+
+    async def lookup(self, topic: TopicName, *, authoritative: bool, listener: str) -> LookupAnswer:
+        if not self.namespace_exists(topic.namespace_name):
+            raise NamespaceNotFoundError(f"Namespace {topic.namespace_name} does not exist")
+        return LookupAnswer(LookupKind.CONNECT, self.broker_service_url, "", "http://test:8080", True)
 
 
 async def settle() -> None:
@@ -182,13 +189,16 @@ async def test_connection_lost_cancels_owned_tasks_and_keepalive():
 
 
 async def test_lookup_and_unknown_commands():
+    """LOOKUP answers come from the service's lookup (after a task switch); an unknown command is refused at
+    once."""
     cnx, transport, _ = connected()
     cnx.data_received(requests.new_lookup("persistent://nope/ns/t", 3))
     cnx.data_received(requests.new_lookup("persistent://public/default/t", 4))
     unknown = BaseCommand(type=BaseCommand.NEW_TXN)
     unknown.newTxn.request_id = 5
     cnx.data_received(encode_command(unknown))
-    missing, found, refused = transport.frames()
+    await settle()  # lookups are answered by a task of the connection
+    refused, missing, found = transport.frames()
     assert missing.command.lookupTopicResponse.error == ServerError.MetadataError
     assert found.command.lookupTopicResponse.brokerServiceUrl == "pulsar://test:6650"
     assert (

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import resource
+import socket
 import time
 from pathlib import Path
 
@@ -20,6 +21,8 @@ from aiohttp import web
 from quasar.broker.admin import build_admin_app
 from quasar.broker.admin.query import MESSAGE_STORE, pulsar_entry_keys
 from quasar.broker.broker_service import BrokerService
+from quasar.broker.cluster.member import ClusterMember
+from quasar.broker.cluster.model import BrokerInfo, parse_advertised_listeners
 from quasar.broker.config import BrokerConfig
 from quasar.broker.loop_lag import LoopLagMonitor, add_loop_lag_route
 from quasar.broker.metadata_migration import migrate_legacy_metadata
@@ -28,6 +31,7 @@ from quasar.broker.server_cnx import ServerCnx
 from quasar.broker.subscription import SubscriptionOptions
 from quasar.ledger.config import ManagedLedgerConfig
 from quasar.ledger.factory import ManagedLedgerFactory
+from quasar.metadata import MetadataStore
 from quasar.metadata.sqlite import SqliteMetadataStore
 from quasar.storage.message_store import FlushDiskType, MessageStore, StoreConfig
 
@@ -90,14 +94,39 @@ def _store_config(config: BrokerConfig, root_dir: Path) -> StoreConfig:
     )
 
 
+def _bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (0: a free port), SO_REUSEADDR set, not yet served."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(1024)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 class BrokerApp:
-    """A running standalone broker. ``start()`` opens storage (recovering it) and binds both listeners;
-    ``stop()`` closes connections, persists cursors, flushes and checkpoints the store."""
+    """A running broker: standalone, or a cluster member when ``config.broker_name`` is set. ``start()``
+    opens storage (recovering it), joins the cluster, and serves both listeners; ``stop()`` leaves the
+    cluster, closes connections, persists cursors, flushes and checkpoints the store.
+
+    Metadata: ``<data_dir>/metadata.db`` (sqlite) always holds this broker's own ledger and cursor state;
+    the admin metadata (tenants, namespaces, policies, partitioned topics) and, for a cluster, placement and
+    membership live in the store of ``config.metadata_store_url`` (etcd), or in the same sqlite database
+    when none is given.
+    """
 
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.store: MessageStore | None = None
         self.metadata: SqliteMetadataStore | None = None
+        self.cluster_metadata: MetadataStore | None = None
+        self.member: ClusterMember | None = None
         self.factory: ManagedLedgerFactory | None = None
         self.service: BrokerService | None = None
         self.connections: set[ServerCnx] = set()
@@ -128,12 +157,39 @@ class BrokerApp:
                 log.exception("policy checks failed")
 
     @property
+    def advertised_address(self) -> str:
+        """The host put in this broker's URLs: ``advertised_address``, else ``host`` (the machine's name
+        when ``host`` is a wildcard address)."""
+        config = self.config
+        if config.advertised_address:
+            return config.advertised_address
+        return socket.getfqdn() if config.host in ("0.0.0.0", "::", "") else config.host
+
+    @property
     def service_url(self) -> str:
-        return f"pulsar://{self.config.host}:{self.port}"
+        """This broker's default ``pulsar://`` URL: the internal listener's when one is configured."""
+        config = self.config
+        if config.internal_listener_name:
+            url = parse_advertised_listeners(config.advertised_listeners)[config.internal_listener_name]
+            if "pulsar" in url:
+                return url["pulsar"]
+        return f"pulsar://{self.advertised_address}:{self.port}"
 
     @property
     def web_service_url(self) -> str:
-        return f"http://{self.config.host}:{self.admin_port}"
+        return f"http://{self.advertised_address}:{self.admin_port}"
+
+    def broker_info(self) -> BrokerInfo:
+        """What this broker registers in the cluster (its group, id and URLs)."""
+        config = self.config
+        return BrokerInfo(
+            cluster=config.cluster_name,
+            group=config.broker_name,
+            broker_id=config.broker_id,
+            service_url=self.service_url,
+            web_service_url=self.web_service_url,
+            listeners=parse_advertised_listeners(config.advertised_listeners),
+        )
 
     async def start(self) -> None:
         """Open (and recover) the store in an executor, start flush/reput/clean services and the ledger
@@ -151,6 +207,14 @@ class BrokerApp:
         await store.start()
         self.metadata = await SqliteMetadataStore.open(data_dir / "metadata.db")
         await migrate_legacy_metadata(self.metadata)
+        admin_metadata: MetadataStore = self.metadata
+        if config.metadata_store_url and config.metadata_store_url != "sqlite":
+            from quasar.metadata.stores import open_metadata_store
+
+            self.cluster_metadata = await open_metadata_store(
+                config.metadata_store_url, default_sqlite_path=data_dir / "metadata.db"
+            )
+            admin_metadata = self.cluster_metadata
         self.factory = ManagedLedgerFactory(
             store,
             self.metadata,
@@ -165,7 +229,7 @@ class BrokerApp:
         await self.factory.start()
         service = BrokerService(
             self.factory,
-            self.metadata,
+            admin_metadata,
             cluster_name=config.cluster_name,
             subscription_options=SubscriptionOptions(
                 max_read_batch_size=config.dispatcher_max_read_batch_size,
@@ -199,11 +263,30 @@ class BrokerApp:
         self.service = service
         log.info("storage opened in %.1f ms", (time.monotonic() - started) * 1000)
 
-        self._server = await loop.create_server(
-            lambda: ServerCnx(service, config, self.connections), config.host, config.port, reuse_address=True
-        )
-        self.port = self._server.sockets[0].getsockname()[1]
+        # bind both listeners first (their URLs are registered in the cluster), serve once a member
+        pulsar_socket = _bind(config.host, config.port)
+        admin_socket = _bind(config.host, config.admin_port)
+        self.port = pulsar_socket.getsockname()[1]
+        self.admin_port = admin_socket.getsockname()[1]
         service.broker_service_url = self.service_url
+        service.web_service_url = self.web_service_url
+        self._server = await loop.create_server(
+            lambda: ServerCnx(service, config, self.connections), sock=pulsar_socket, start_serving=False
+        )
+        if config.broker_name:
+            factory = self.factory
+            self.member = ClusterMember(
+                admin_metadata,
+                self.broker_info(),
+                resources=service.resources,
+                has_local_data=lambda name: name in factory.names(),
+                partition_count=service.partitions,
+                messages_in_total=service.messages_in_total,
+                report_interval_s=config.load_report_interval_s,
+            )
+            await self.member.start()
+            service.ownership = self.member.ownership
+        await self._server.start_serving()
 
         admin_app = build_admin_app(service)
         admin_app[MESSAGE_STORE] = store  # for the query-by-key handler (broker/admin/query.py)
@@ -211,10 +294,7 @@ class BrokerApp:
         self.loop_lag.start()
         self._admin_runner = web.AppRunner(admin_app, access_log=None)
         await self._admin_runner.setup()
-        site = web.TCPSite(self._admin_runner, config.host, config.admin_port, reuse_address=True)
-        await site.start()
-        self.admin_port = self._admin_runner.addresses[0][1]  # the bound port (admin_port 0: a free one)
-        service.web_service_url = self.web_service_url
+        await web.SockSite(self._admin_runner, admin_socket).start()
 
     async def stop(self) -> None:
         """Close listeners and connections, persist cursor state, flush and checkpoint storage."""
@@ -234,6 +314,8 @@ class BrokerApp:
         # let in-flight persistence finish so every sent receipt stays true
         await asyncio.sleep(0)
         await self.loop_lag.stop()
+        if self.member is not None:
+            await self.member.stop()
         if self.service is not None:
             await self.service.close()
         if self.factory is not None:
@@ -242,3 +324,5 @@ class BrokerApp:
             await self.store.close()
         if self.metadata is not None:
             await self.metadata.close()
+        if self.cluster_metadata is not None:
+            await self.cluster_metadata.close()

@@ -18,6 +18,8 @@ import functools
 import logging
 from typing import Any
 
+from quasar.broker.cluster.model import LookupAnswer, LookupKind, UnknownListenerError
+from quasar.broker.cluster.ownership import ClusterOwnership
 from quasar.broker.errors import (
     BrokerError,
     ConsumerBusyError,
@@ -41,7 +43,7 @@ from quasar.broker.subscription import SubscriptionOptions
 from quasar.broker.topic import PersistentTopic
 from quasar.errors import QuasarError
 from quasar.ledger.factory import ManagedLedgerFactory
-from quasar.metadata import AlreadyExistsError, MetadataStore
+from quasar.metadata import AlreadyExistsError, MetadataStore, MetadataStoreError
 from quasar.protocol import TopicName
 
 log = logging.getLogger(__name__)
@@ -89,6 +91,11 @@ class BrokerService:
         self._boot_id = 0
         self._producer_counter = 0
         self._loading: dict[str, asyncio.Task[PersistentTopic]] = {}  # topic -> its one pending load
+        self._policy_refresh: asyncio.Task[None] | None = None
+        self.resources.on_policies_changed = self._refresh_policies
+        self.ownership: ClusterOwnership | None = None
+        """Set by the composition root of a cluster member (``quasar broker``); None: standalone, this broker
+        serves every topic."""
 
     def generate_producer_name(self) -> str:
         """A producer name unique on this broker across restarts: ``<cluster>-<boot>-<counter>``, as Pulsar's
@@ -102,25 +109,68 @@ class BrokerService:
         resources = self.resources
         await resources.load()
         self._boot_id = await resources.next_boot_count()
+        raced = False  # another broker of the cluster created a default one first: read it back
         for tenant in DEFAULT_TENANTS:
             if tenant not in resources.tenants:
-                await resources.create_tenant(
-                    tenant, {"adminRoles": [], "allowedClusters": [self.cluster_name]}
-                )
+                try:
+                    await resources.create_tenant(
+                        tenant, {"adminRoles": [], "allowedClusters": [self.cluster_name]}
+                    )
+                except AlreadyExistsError:
+                    raced = True
         for namespace in DEFAULT_NAMESPACES:
             if namespace not in resources.namespaces:
-                await resources.create_namespace(namespace, {})
+                try:
+                    await resources.create_namespace(namespace, {})
+                except AlreadyExistsError:
+                    raced = True
+        if raced:
+            await resources.load()
 
     async def close(self) -> None:
         """Cancel the topic loads still pending (their waiters get CancelledError), then close every loaded
         topic (its subscriptions' timers are cancelled; managed ledgers are closed by their factory).
         Idempotent."""
+        if self._policy_refresh is not None:
+            self._policy_refresh.cancel()
         pending = list(self._loading.values())
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
         for loaded in list(self.topics.values()):
             loaded.close()
+
+    # ------------------------------------------------------------------ lookup / ownership
+    async def lookup(
+        self, topic: TopicName, *, authoritative: bool = False, listener: str = ""
+    ) -> LookupAnswer:
+        """The answer to a LOOKUP of ``topic`` (see ``quasar.broker.cluster.ownership``; standalone: Connect to
+        this broker). Raises NamespaceNotFoundError, ServiceNotReadyError, UnknownListenerError or the
+        metadata port's MetadataStoreError."""
+        self._check_namespace(topic)
+        if self.ownership is None:
+            if listener:
+                raise UnknownListenerError(
+                    f"the broker {self.broker_service_url} does not have a {listener!r} listener"
+                )
+            return LookupAnswer(
+                LookupKind.CONNECT, self.broker_service_url, "", self.web_service_url, authoritative=True
+            )
+        return await self.ownership.lookup(topic, authoritative=authoritative, listener=listener)
+
+    def owner_web_url(self, topic: TopicName) -> str | None:
+        """The admin URL of the broker that serves ``topic`` when it is another broker of the cluster (admin
+        requests about it are redirected there), else None. Raises ServiceNotReadyError when its group has no
+        live master."""
+        return None if self.ownership is None else self.ownership.owner_web_url(topic)
+
+    def messages_in_total(self) -> int:
+        """Messages published to the loaded topics through their current producers (for load reports)."""
+        return sum(
+            sum(p.msg_in_counter for p in loaded.producers.values())
+            for loaded in self.topics.values()
+            if isinstance(loaded, PersistentTopic)
+        )
 
     # ------------------------------------------------------------------ tenants / namespaces
     def tenants(self) -> list[str]:
@@ -182,6 +232,11 @@ class BrokerService:
             await self.resources.create_partitioned_topic(topic, partitions)
         except AlreadyExistsError:
             raise TopicExistsError(f"Topic {topic.full_name} already exists") from None
+        if self.ownership is not None:
+            try:
+                await self.ownership.place_partitions(topic, partitions)
+            except MetadataStoreError as exc:  # each partition is placed at its first lookup instead
+                log.warning("partitions of %s not placed at creation: %s", topic.full_name, exc)
 
     def partitioned_topics(self, namespace: str, domain: str = "persistent") -> list[str]:
         return sorted(self.resources.partitioned_topics(namespace, domain))
@@ -196,6 +251,8 @@ class BrokerService:
             names = {n for n in self.topics if n.startswith(prefix)}
         for partitioned, count in self.resources.partitioned_topics(namespace, domain).items():
             names.update(f"{partitioned}-partition-{i}" for i in range(count))
+        if self.ownership is not None:  # the cluster's topics, wherever they are served
+            names.update(self.ownership.placement.topics_in(namespace, domain))
         return sorted(names)
 
     async def get_or_create_topic(
@@ -214,6 +271,11 @@ class BrokerService:
         self._check_namespace(topic)
         if self.partitions(topic) > 0:
             raise NotAllowedError(f"{topic.full_name} is a partitioned topic; use its partitions")
+        if self.ownership is not None:
+            await self.ownership.ensure_owned(topic, claim=create)
+            loaded = self.topics.get(topic.full_name)  # loaded by another caller meanwhile
+            if loaded is not None:
+                return loaded
         if not topic.is_persistent:
             if not create:
                 raise TopicNotFoundError(f"Topic {topic.full_name} does not exist")
@@ -314,6 +376,21 @@ class BrokerService:
         await self._apply_policies(
             lambda t: t.full_name == base or (t.partition_index >= 0 and t.partitioned_topic_name == base)
         )
+
+    def _refresh_policies(self) -> None:
+        """Another broker changed a policy: apply the effective policies to every loaded topic again (one
+        owned task at a time; a change notified while one runs starts another after it)."""
+        previous = self._policy_refresh
+
+        async def refresh() -> None:
+            if previous is not None and not previous.done():
+                await asyncio.gather(previous, return_exceptions=True)
+            try:
+                await self._apply_policies(lambda _: True)
+            except QuasarError:
+                log.exception("policies changed elsewhere could not be applied")
+
+        self._policy_refresh = asyncio.get_running_loop().create_task(refresh(), name="apply-remote-policies")
 
     async def _apply_policies(self, selects: Any) -> None:
         for loaded in list(self.topics.values()):

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from quasar.broker.cluster.model import parse_advertised_listeners
+
 DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024  # bytes; Pulsar's maxMessageSize default
 
 
@@ -25,6 +27,8 @@ _POSITIVE = (
     "max_concurrent_non_persistent_message_per_connection",
     "subscription_key_shared_consistent_hashing_replica_points",
     "dispatcher_max_read_batch_size",
+    "register_name_server_period_s",
+    "load_report_interval_s",
 )
 """Settings that must be > 0."""
 _NON_NEGATIVE = (
@@ -34,6 +38,7 @@ _NON_NEGATIVE = (
     "max_consumers_per_topic",
     "max_consumers_per_subscription",
     "gc_gen0_threshold",
+    "broker_id",
 )
 """Settings that must be >= 0 (0: unlimited, disabled or the default, as each says)."""
 
@@ -79,6 +84,15 @@ class BrokerConfig:
       connection; beyond it a publish is dropped with receipt (-1, -1) (Pulsar 1000).
     - ``gc_gen0_threshold`` (50,000; 0 keeps CPython's 700) and ``gc_freeze_after_start`` (true): the broker
       process's cyclic garbage collector (``quasar standalone`` only; see ``quasar.broker.gc_tuning``).
+    - cluster membership (``quasar broker``; docs/cluster.md): ``cluster_name``; ``broker_name`` the broker
+      group (RocketMQ brokerName; "" = a standalone broker, not a cluster member); ``broker_id`` (0 = the
+      group's master, > 0 = a slave); ``metadata_store_url`` (``etcd://h:p[,h:p][/prefix]``; "" = the
+      embedded sqlite database, which only one broker can use); ``nameservers`` (``h:p;h:p``, RocketMQ
+      namesrvAddr; "" = none); ``advertised_address`` (host put in this broker's URLs; "" = ``host``, or
+      the machine's name when ``host`` is a wildcard); ``advertised_listeners`` (Pulsar's
+      ``name:pulsar://h:p,name:pulsar+ssl://h:p``) with ``internal_listener_name`` (whose URL becomes this
+      broker's default service URL); ``register_name_server_period_s`` (30 s, RocketMQ
+      registerNameServerPeriod, used within 10..60 s); ``load_report_interval_s`` (5 s).
     """
 
     host: str = "127.0.0.1"
@@ -143,6 +157,15 @@ class BrokerConfig:
     subscription_key_shared_consistent_hashing_replica_points: int = 100
     gc_gen0_threshold: int = 50_000
     gc_freeze_after_start: bool = True
+    broker_name: str = ""
+    broker_id: int = 0
+    metadata_store_url: str = ""
+    nameservers: str = ""
+    advertised_address: str = ""
+    advertised_listeners: str = ""
+    internal_listener_name: str = ""
+    register_name_server_period_s: float = 30.0
+    load_report_interval_s: float = 5.0
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535 or not 0 <= self.admin_port <= 65535:
@@ -167,6 +190,22 @@ class BrokerConfig:
             raise ValueError(
                 f"unknown backlog_quota_default_retention_policy {self.backlog_quota_default_retention_policy!r}"
             )
+        listeners = parse_advertised_listeners(self.advertised_listeners)
+        if self.internal_listener_name and self.internal_listener_name not in listeners:
+            raise ValueError(
+                f"internal_listener_name {self.internal_listener_name!r} is not one of advertised_listeners"
+                f" {sorted(listeners)}"
+            )
+        for address in self.nameserver_addresses():
+            host, _, port = address.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) <= 65535:
+                raise ValueError(f"nameservers: {address!r} is not host:port (list them as h:p;h:p)")
+        if self.broker_id and not self.broker_name:
+            raise ValueError("broker_id needs broker_name (the broker group it belongs to)")
+
+    def nameserver_addresses(self) -> list[str]:
+        """``nameservers`` as a list of ``host:port`` (RocketMQ's ``;``-separated namesrvAddr)."""
+        return [a.strip() for a in self.nameservers.split(";") if a.strip()]
 
     @classmethod
     def from_file(cls, path: Path, **overrides: Any) -> BrokerConfig:

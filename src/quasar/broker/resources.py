@@ -21,9 +21,11 @@ Paths (every name is ONE segment through ``encode_segment``; values are JSON)::
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
-from quasar.metadata import MetadataStore, decode_json, decode_segment, encode_json, encode_segment
+from quasar.broker.metadata_tree import PathFollower, join_path, read_tree, split_path
+from quasar.metadata import GetResult, MetadataStore, decode_json, encode_json, encode_segment
 from quasar.protocol import TopicName
 
 __all__ = [
@@ -58,10 +60,7 @@ def namespace_path(namespace: str) -> str:
 
 
 def _topic_path(root: str, topic: TopicName) -> str:
-    return "/".join(
-        (root, topic.domain, encode_segment(topic.tenant), encode_segment(topic.namespace),
-         encode_segment(topic.local_name))
-    )  # fmt: skip
+    return join_path(root, topic.domain, topic.tenant, topic.namespace, topic.local_name)
 
 
 def partitioned_topic_path(topic: TopicName) -> str:
@@ -85,6 +84,13 @@ def _updated(policies: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
     return changed
 
 
+def _set(table: dict[str, Any], key: str, value: Any) -> None:
+    if value is None:
+        table.pop(key, None)
+    else:
+        table[key] = dict(value) if isinstance(value, dict) else value
+
+
 class BrokerResources:
     """The admin metadata of one broker, in memory, written through ``metadata`` (see the module docstring).
 
@@ -105,26 +111,19 @@ class BrokerResources:
         """Topic full name -> topic-level policies (only topics that have some)."""
         self._versions: dict[str, int] = {}  # path -> version last read or written
         self._lock = asyncio.Lock()
+        self._followers: list[PathFollower] = []
+        self.on_policies_changed: Callable[[], None] | None = None
+        """Called after a namespace or topic policy changed through another store (another broker)."""
 
     # -- loading ---------------------------------------------------------------------------------------------
 
     async def _tree(self, root: str, depth: int) -> dict[tuple[str, ...], Any]:
         """Every JSON value exactly ``depth`` levels below ``root``, keyed by the decoded segments."""
-        levels: list[tuple[str, ...]] = [()]
-        for _ in range(depth):
-            children = await asyncio.gather(
-                *(self._metadata.get_children("/".join((root, *map(encode_segment, names))))
-                  for names in levels)
-            )  # fmt: skip
-            levels = [(*names, decode_segment(child)) for names, kids in zip(levels, children, strict=True)
-                      for child in kids]  # fmt: skip
-        paths = ["/".join((root, *map(encode_segment, names))) for names in levels]
-        results = await asyncio.gather(*(self._metadata.get(path) for path in paths))
         tree: dict[tuple[str, ...], Any] = {}
-        for names, path, result in zip(levels, paths, results, strict=True):
-            if result is not None:
-                tree[names] = decode_json(path, result.value)
-                self._versions[path] = result.stat.version
+        for names, result in (await read_tree(self._metadata, root, depth)).items():
+            path = join_path(root, *names)
+            tree[names] = decode_json(path, result.value)
+            self._versions[path] = result.stat.version
         return tree
 
     async def load(self) -> None:
@@ -143,6 +142,53 @@ class BrokerResources:
             f"{domain}://{tenant}/{ns}/{local}": dict(policies)
             for (domain, tenant, ns, local), policies in (await self._tree(TOPIC_POLICIES_ROOT, 4)).items()
         }
+
+    # -- following other brokers' changes (a shared store: etcd) ----------------------------------------------
+
+    def follow(self) -> None:
+        """Apply changes made through other stores (other brokers of the cluster) as they are notified: each
+        changed tenant, namespace, partitioned topic or topic policy path is re-read and replaces (or removes)
+        its entry in memory. Call once after :meth:`load`; :meth:`stop_following` ends it."""
+        self._followers = [
+            PathFollower(self._metadata, "/admin", self._apply_change, resync=self.load),
+        ]
+        for follower in self._followers:
+            follower.start()
+
+    async def stop_following(self) -> None:
+        """Stop applying remote changes (the broker is closing)."""
+        for follower in self._followers:
+            await follower.stop()
+
+    def resync(self) -> None:
+        """Reload everything (after the store's session was re-established: changes may have been missed)."""
+        for follower in self._followers:
+            follower.request_resync()
+
+    def _apply_change(self, path: str, result: GetResult | None) -> None:
+        value = None if result is None else decode_json(path, result.value)
+        if result is None:
+            self._versions.pop(path, None)
+        else:
+            self._versions[path] = result.stat.version
+        if (names := split_path(TENANTS_ROOT, path)) is not None and len(names) == 1:
+            _set(self.tenants, names[0], value)
+        elif (names := split_path(POLICIES_ROOT, path)) is not None and len(names) == 2:
+            _set(self.namespaces, f"{names[0]}/{names[1]}", value)
+            self._policies_changed()
+        elif (names := split_path(PARTITIONED_ROOT, path)) is not None and len(names) == 4:
+            domain, tenant, ns, local = names
+            namespace = f"{domain}://{tenant}/{ns}"
+            partitions = None if value is None else int(value["partitions"])
+            _set(self.partitioned.setdefault(namespace, {}), f"{namespace}/{local}", partitions)
+        elif (names := split_path(TOPIC_POLICIES_ROOT, path)) is not None and len(names) == 4:
+            domain, tenant, ns, local = names
+            _set(self.topic_policies, f"{domain}://{tenant}/{ns}/{local}", value)
+            self._policies_changed()
+
+    def _policies_changed(self) -> None:
+        if self.on_policies_changed is not None:
+            self.on_policies_changed()
 
     async def next_boot_count(self) -> int:
         """Increment and return the broker's boot counter (1 at the first start)."""

@@ -98,6 +98,7 @@ __all__ = [
     "new_unsubscribe",
 ]
 
+_LOOKUP_REDIRECT = CommandLookupTopicResponse.Redirect
 _LOOKUP_CONNECT = CommandLookupTopicResponse.Connect
 _LOOKUP_FAILED = CommandLookupTopicResponse.Failed
 _PARTITIONS_SUCCESS = CommandPartitionedTopicMetadataResponse.Success
@@ -210,13 +211,15 @@ def new_lookup_response(
     authoritative: bool = True,
     broker_service_url_tls: str | None = None,
     proxy_through_service_url: bool = False,
+    redirect: bool = False,
 ) -> bytes:
-    """LOOKUP_RESPONSE success: ``response=Connect`` set explicitly, ``brokerServiceUrl``
+    """LOOKUP_RESPONSE success: ``response=Connect`` (or ``Redirect`` when ``redirect``: the client looks up
+    again at ``brokerServiceUrl``, passing ``authoritative`` on) set explicitly, ``brokerServiceUrl``
     (``pulsar://host:port``), ``authoritative``, ``proxy_through_service_url`` (Java sets both always)."""
     cmd = BaseCommand(type=BaseCommand.LOOKUP_RESPONSE)
     body = cmd.lookupTopicResponse
     body.request_id = u64(request_id)
-    body.response = _LOOKUP_CONNECT
+    body.response = _LOOKUP_REDIRECT if redirect else _LOOKUP_CONNECT
     body.brokerServiceUrl = broker_service_url
     if broker_service_url_tls is not None:
         body.brokerServiceUrlTls = broker_service_url_tls

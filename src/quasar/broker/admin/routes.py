@@ -1,6 +1,8 @@
 """Admin REST API on aiohttp, on the broker's event loop. Paths and JSON shapes follow Pulsar's admin v2
 (reference/pulsar-protocol.md §11): errors are ``{"reason": "..."}`` with 400 (bad input), 404 (unknown
-tenant/namespace/topic), 409 (already exists), 412 (precondition, e.g. partitioned parent) and 500.
+tenant/namespace/topic), 409 (already exists), 412 (precondition, e.g. partitioned parent), 503 (no live
+owner for the topic now, or the metadata store unreachable: retry) and 500. In a cluster, requests about a
+topic another broker serves get a 307 to it (``cluster_routes``).
 """
 
 from __future__ import annotations
@@ -12,11 +14,19 @@ from typing import Any
 
 from aiohttp import web
 
+from quasar.broker.admin import cluster_routes
 from quasar.broker.admin import query as query_routes
 from quasar.broker.admin.app_keys import SERVICE_KEY
 from quasar.broker.broker_service import BrokerService, TopicExistsError
-from quasar.broker.errors import BrokerError, NamespaceNotFoundError, NotAllowedError, TopicNotFoundError
+from quasar.broker.errors import (
+    BrokerError,
+    NamespaceNotFoundError,
+    NotAllowedError,
+    ServiceNotReadyError,
+    TopicNotFoundError,
+)
 from quasar.broker.policies import BACKLOG_QUOTA, MESSAGE_TTL, RETENTION, BacklogQuota, parse_retention
+from quasar.metadata import MetadataStoreError
 from quasar.protocol import TopicName
 from quasar.protocol.errors import InvalidTopicNameError
 
@@ -46,6 +56,8 @@ async def _errors_middleware(request: web.Request, handler: Handler) -> web.Stre
         return _error(404, str(exc))
     except NotAllowedError as exc:
         return _error(412, str(exc))
+    except (ServiceNotReadyError, MetadataStoreError) as exc:  # retry later (no live owner, metadata down)
+        return _error(503, str(exc))
     except BrokerError as exc:
         return _error(500, str(exc))
     except Exception:
@@ -394,26 +406,14 @@ def _policy_routes(topic: str) -> list[web.RouteDef]:
     return routes
 
 
-async def lookup(request: web.Request) -> web.Response:
-    """GET /lookup/v2/topic/{domain}/{tenant}/{ns}/{topic}: Pulsar LookupData JSON pointing at this broker."""
-    topic = _topic(request)
-    service = _service(request)
-    _namespace(request)
-    return web.json_response(
-        {
-            "brokerUrl": service.broker_service_url,
-            "brokerUrlTls": "",
-            "httpUrl": service.web_service_url,
-            "httpUrlTls": "",
-            "nativeUrl": service.broker_service_url,
-            "topic": topic.full_name,
-        }
-    )
-
-
 def build_admin_app(service: BrokerService) -> web.Application:
     """The admin REST application for ``service``."""
-    app = web.Application(middlewares=[_errors_middleware], client_max_size=1024 * 1024)
+    owner_only = (get_stats, get_internal_stats, get_subscriptions, get_last_message_id, delete_subscription,
+                  put_topic, query_routes.query_messages)  # fmt: skip
+    app = web.Application(
+        middlewares=[_errors_middleware, cluster_routes.owner_redirect_middleware(owner_only)],
+        client_max_size=1024 * 1024,
+    )
     app[SERVICE_KEY] = service
     query_routes.register(app)  # GET .../{topic}/messages?key=K&from=MS&to=MS (RocketMQ queryMessage)
     topic = "/admin/v2/{domain}/{tenant}/{namespace}/{topic}"
@@ -443,7 +443,7 @@ def build_admin_app(service: BrokerService) -> web.Application:
             web.delete(topic + "/deduplicationEnabled", delete_topic_deduplication),
             *_policy_routes(topic),
             web.put(topic, put_topic),
-            web.get("/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}", lookup),
         ]
     )
+    cluster_routes.register(app)
     return app

@@ -2,8 +2,9 @@
 LOOKUP, GET_TOPICS_OF_NAMESPACE and GET_SCHEMA (reference/pulsar-protocol.md §6).
 
 The first CONNECT is answered by ServerCnx itself (it switches the connection to its full dispatch table);
-everything here runs once connected. Lookups are answered from BrokerService's in-memory metadata: this
-standalone broker owns every topic, so LOOKUP always answers Connect with its own URL (Pulsar standalone).
+everything here runs once connected. Lookups are answered by ``BrokerService.lookup``: a standalone broker owns
+every topic and answers Connect with its own URL (Pulsar standalone); a cluster member answers from the
+cluster's placement (``quasar.broker.cluster.ownership``).
 Failures answer the command's error reply with the ServerError of ``errors.server_error_of``.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import enum
 from typing import TYPE_CHECKING
 
+from quasar.broker.cluster.model import LookupKind
 from quasar.broker.cnx.ports import CommandPort, HandlerTable
 from quasar.broker.errors import NamespaceNotFoundError, server_error_of
 from quasar.errors import QuasarError
@@ -81,19 +83,31 @@ class LookupCommands:
         self._cnx.write(commands.new_partitioned_metadata_response(cmd.request_id, partitions))
 
     def handle_lookup(self, frame: Frame) -> None:
-        """LOOKUP: Connect to this broker; MetadataError for a topic in an unknown namespace."""
+        """LOOKUP: the owning broker's URLs on the listener asked for (``BrokerService.lookup``: Connect, or
+        Redirect with ``authoritative``); a Failed answer with the error's ServerError otherwise (a topic in
+        an unknown namespace: MetadataError; no live master for its group: ServiceNotReady)."""
         cmd = frame.command.lookupTopic
-        service = self._cnx.service
+        self._cnx.spawn(
+            self._lookup(cmd.request_id, cmd.topic, cmd.authoritative, cmd.advertised_listener_name)
+        )
+
+    async def _lookup(self, request_id: int, name: str, authoritative: bool, listener: str) -> None:
         try:
-            topic = TopicName.parse(cmd.topic)
-            if not service.namespace_exists(topic.namespace_name):
-                raise NamespaceNotFoundError(f"Namespace {topic.namespace_name} does not exist")
+            answer = await self._cnx.service.lookup(
+                TopicName.parse(name), authoritative=authoritative, listener=listener
+            )
         except QuasarError as exc:
             code, message = server_error_of(exc)
-            self._cnx.write(commands.new_lookup_error(cmd.request_id, code, message))
+            self._cnx.write(commands.new_lookup_error(request_id, code, message))
             return
         self._cnx.write(
-            commands.new_lookup_response(cmd.request_id, service.broker_service_url, authoritative=True)
+            commands.new_lookup_response(
+                request_id,
+                answer.service_url,
+                broker_service_url_tls=answer.service_url_tls or None,
+                authoritative=answer.authoritative,
+                redirect=answer.kind is LookupKind.REDIRECT,
+            )
         )
 
     def handle_get_topics_of_namespace(self, frame: Frame) -> None:
