@@ -6,7 +6,9 @@ import asyncio
 import logging
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, Protocol
 
 import click
 
@@ -18,7 +20,7 @@ from quasar.native import compiled_modules
 log = logging.getLogger("quasar")
 
 
-def _install_event_loop_policy() -> None:
+def install_event_loop_policy() -> None:
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
@@ -26,25 +28,65 @@ def _install_event_loop_policy() -> None:
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
 
-async def _serve(config: BrokerConfig) -> None:
+async def serve(
+    config: BrokerConfig,
+    ready_line: Callable[[BrokerApp], str],
+    *,
+    companions: Callable[[BrokerApp], list[Companion]] = lambda app: [],
+) -> None:
+    """Run ``BrokerApp(config)`` until SIGTERM/SIGINT: start it, then each companion (e.g. the name-server
+    registrar of ``quasar broker``), print ``ready_line(app)`` on stdout (tests and tools wait for it), and
+    on the signal stop the companions (in reverse) and the broker."""
     app = BrokerApp(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await app.start()
-    tune_gc(config.gc_gen0_threshold, config.gc_freeze_after_start)
-    log.info(
-        "compiled hot paths: %s", ", ".join(compiled_modules()) or "none (QUASAR_PURE_PYTHON or not built)"
-    )
-    # The readiness line: tests and tools wait for it.
-    print(f"quasar standalone ready: {app.service_url} {app.web_service_url}", flush=True)
+    started: list[Companion] = []
     try:
+        for companion in companions(app):
+            await companion.start()
+            started.append(companion)
+        tune_gc(config.gc_gen0_threshold, config.gc_freeze_after_start)
+        log.info(
+            "compiled hot paths: %s",
+            ", ".join(compiled_modules()) or "none (QUASAR_PURE_PYTHON or not built)",
+        )
+        print(ready_line(app), flush=True)
         await stop.wait()
     finally:
         log.info("shutting down")
+        for companion in reversed(started):
+            await companion.stop()
         await app.stop()
         log.info("stopped cleanly")
+
+
+class Companion(Protocol):
+    """Something started after the broker and stopped before it."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+def load_config(config_file: Path | None, overrides: dict[str, Any]) -> BrokerConfig:
+    """The broker config from ``config_file`` (TOML) with ``overrides`` (None values dropped) applied;
+    raises click.BadParameter with the reason on a bad file or value."""
+    values = {k: v for k, v in overrides.items() if v is not None}
+    try:
+        if config_file is not None:
+            return BrokerConfig.from_file(config_file, **values)
+        return BrokerConfig.from_mapping(values)
+    except (ValueError, OSError) as exc:
+        raise click.BadParameter(str(exc)) from exc
+
+
+def setup_logging(log_level: str) -> None:
+    logging.basicConfig(
+        level=log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
 
 
 @click.command()
@@ -83,20 +125,11 @@ def standalone(
     log_level: str,
 ) -> None:
     """Start a standalone broker: pulsar://HOST:PORT and the admin API on http://HOST:ADMIN_PORT."""
-    logging.basicConfig(
-        level=log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    setup_logging(log_level)
+    config = load_config(
+        config_file, {"data_dir": data_dir, "host": host, "port": port, "admin_port": admin_port}
     )
-    overrides = {
-        k: v
-        for k, v in {"data_dir": data_dir, "host": host, "port": port, "admin_port": admin_port}.items()
-        if v is not None
-    }
-    try:
-        if config_file is not None:
-            config = BrokerConfig.from_file(config_file, **overrides)
-        else:
-            config = BrokerConfig.from_mapping(overrides)
-    except (ValueError, OSError) as exc:
-        raise click.BadParameter(str(exc)) from exc
-    _install_event_loop_policy()
-    asyncio.run(_serve(config))
+    install_event_loop_policy()
+    asyncio.run(
+        serve(config, lambda app: f"quasar standalone ready: {app.service_url} {app.web_service_url}")
+    )

@@ -55,7 +55,7 @@ class ClusterMember:
         messages_in_total: Callable[[], int],
         report_interval_s: float = 5.0,
     ) -> None:
-        self._resources = resources
+        self.resources = resources
         self._metadata = metadata
         self.on_topics_changed: list[Callable[[], None]] = []
         self.placement = PlacementTable(metadata, on_change=self._placement_changed)
@@ -84,7 +84,7 @@ class ClusterMember:
         await self.placement.load()
         self.placement.start_following()
         await self.membership.start()
-        self._resources.follow()
+        self.resources.follow()
         self._metadata.register_session_listener(self._on_session)
         log.info(
             "member of cluster %s as broker group %s id %d (%s); live groups: %s",
@@ -99,12 +99,12 @@ class ClusterMember:
         """Leave the cluster: stop following and remove this broker's registration."""
         await self.membership.stop()
         await self.placement.stop()
-        await self._resources.stop_following()
+        await self.resources.stop_following()
 
     def _on_session(self, event: SessionEvent) -> None:
         if event in (SessionEvent.RECONNECTED, SessionEvent.SESSION_REESTABLISHED):
             self.placement.resync()
-            self._resources.resync()
+            self.resources.resync()
 
     def _placement_changed(self, group: str) -> None:
         if group == self.membership.me.group:

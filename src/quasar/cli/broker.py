@@ -1,0 +1,160 @@
+"""``quasar broker``: run one broker of a cluster (Pulsar's ``pulsar broker`` with RocketMQ's broker groups and
+name servers; docs/cluster.md).
+
+The broker joins the cluster through the metadata store (``--metadata-store etcd://...``: tenants,
+namespaces, policies, topic placement, live brokers) and registers with every name server of
+``--nameservers`` at start and every ``register_name_server_period_s`` (RocketMQ registerBrokerAll). This
+module is the composition root that joins the two: the broker package never imports the name server's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+import click
+
+from quasar.broker.app import BrokerApp
+from quasar.cli.standalone import Companion, install_event_loop_policy, load_config, serve, setup_logging
+
+log = logging.getLogger("quasar")
+
+REGISTER_PERIOD_BOUNDS_S = (10.0, 60.0)
+"""RocketMQ bounds registerNameServerPeriod to 10..60 s (BrokerController)."""
+
+
+def ready_line(app: BrokerApp) -> str:
+    """The readiness line ``quasar broker`` prints once it serves (tools such as ``quasar cluster up`` wait
+    for it): ``quasar broker ready: pulsar://H:P http://H:A cluster=NAME group=G id=N``."""
+    config = app.config
+    return (
+        f"quasar broker ready: {app.service_url} {app.web_service_url}"
+        f" cluster={config.cluster_name} group={config.broker_name} id={config.broker_id}"
+    )
+
+
+def _registrar(app: BrokerApp) -> list[Companion]:
+    """The name-server registrar of ``app`` (none when no name server is configured)."""
+    config = app.config
+    addresses = config.nameserver_addresses()
+    if not addresses or app.member is None:
+        return []
+    from quasar.nameserver.registrar import BrokerIdentity, BrokerRegistrar
+
+    info = app.member.me
+    low, high = REGISTER_PERIOD_BOUNDS_S
+    registrar = BrokerRegistrar(
+        addresses,
+        BrokerIdentity(
+            cluster_name=info.cluster,
+            broker_name=info.group,
+            broker_id=info.broker_id,
+            broker_addr=info.service_url.split("://", 1)[-1],
+            service_url=info.service_url,
+            web_service_url=info.web_service_url,
+            service_url_tls=info.service_url_tls,
+            listeners={name: dict(urls) for name, urls in info.listeners.items()},
+        ),
+        app.member.ownership.topic_configs,
+        period_s=min(max(config.register_name_server_period_s, low), high),
+    )
+    app.member.on_topics_changed.append(registrar.topics_changed)
+    return [registrar]
+
+
+@click.command()
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Directory of this broker's commit log, consume queues and ledger state [default: ./data].",
+)
+@click.option("--host", default=None, help="Address to bind [default: 127.0.0.1].")
+@click.option("--port", type=int, default=None, help="Pulsar binary protocol port; 0 = a free port [6650].")
+@click.option("--admin-port", type=int, default=None, help="Admin REST port; 0 = a free port [8080].")
+@click.option(
+    "--cluster",
+    "cluster_name",
+    default="quasar-cluster",
+    show_default=True,
+    help="Cluster name (RocketMQ brokerClusterName, Pulsar clusterName).",
+)
+@click.option(
+    "--broker-name",
+    required=True,
+    help="Broker group this broker belongs to (RocketMQ brokerName); its topics live in the group.",
+)
+@click.option(
+    "--broker-id", type=int, default=0, show_default=True, help="0 = the group's master, >0 = a slave."
+)
+@click.option("--nameservers", default=None, help="Name servers to register with, 'host:port;host:port'.")
+@click.option(
+    "--metadata-store",
+    "metadata_store_url",
+    required=True,
+    help="Cluster metadata store shared by every broker: etcd://host:port[,host:port][/prefix].",
+)
+@click.option("--advertised-address", default=None, help="Host name put in this broker's URLs [--host].")
+@click.option(
+    "--advertised-listeners",
+    default=None,
+    help="Pulsar advertisedListeners: 'name:pulsar://h:p,name:pulsar+ssl://h:p,...'.",
+)
+@click.option(
+    "--internal-listener-name", default=None, help="Listener whose URL is this broker's default service URL."
+)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="TOML file of broker settings (names as in BrokerConfig); options win.",
+)
+@click.option(
+    "--log-level",
+    default="INFO",
+    show_default=True,
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+)
+def broker(
+    data_dir: Path | None,
+    host: str | None,
+    port: int | None,
+    admin_port: int | None,
+    cluster_name: str,
+    broker_name: str,
+    broker_id: int,
+    nameservers: str | None,
+    metadata_store_url: str,
+    advertised_address: str | None,
+    advertised_listeners: str | None,
+    internal_listener_name: str | None,
+    config_file: Path | None,
+    log_level: str,
+) -> None:
+    """Start a broker of a cluster: pulsar://HOST:PORT and the admin API on http://HOST:ADMIN_PORT."""
+    setup_logging(log_level)
+    config = load_config(
+        config_file,
+        {
+            "data_dir": data_dir,
+            "host": host,
+            "port": port,
+            "admin_port": admin_port,
+            "cluster_name": cluster_name,
+            "broker_name": broker_name,
+            "broker_id": broker_id,
+            "nameservers": nameservers,
+            "metadata_store_url": metadata_store_url,
+            "advertised_address": advertised_address,
+            "advertised_listeners": advertised_listeners,
+            "internal_listener_name": internal_listener_name,
+        },
+    )
+    if not config.metadata_store_url.startswith("etcd://"):
+        raise click.BadParameter(
+            "a cluster broker needs a shared metadata store: --metadata-store etcd://host:port"
+        )
+    install_event_loop_policy()
+    asyncio.run(serve(config, ready_line, companions=_registrar))
