@@ -212,7 +212,7 @@ async def test_admin_changes_made_by_one_broker_reach_the_others(cluster: Cluste
     await a.resources.create_namespace("acme/ns", {})
     await a.resources.create_partitioned_topic(TopicName.parse("persistent://acme/ns/t"), 3)
     await settle(50)
-    resources = b._resources
+    resources = b.resources
     assert "acme" in resources.tenants and "acme/ns" in resources.namespaces
     assert resources.partitions(TopicName.parse("persistent://acme/ns/t")) == 3
     await a.resources.set_namespace_policy("acme/ns", "messageTTL", 60)
