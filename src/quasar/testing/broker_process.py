@@ -30,7 +30,7 @@ from quasar.errors import QuasarError
 __all__ = ["READY_LINE", "BrokerProcess", "BrokerProcessError", "parse_ready_line"]
 
 #: The readiness line: group 1 is the Pulsar service URL, group 2 the admin (web service) URL.
-READY_LINE = re.compile(r"quasar standalone ready: (pulsar(?:\+ssl)?://\S+) (https?://\S+)")
+READY_LINE = re.compile(r"quasar (?:standalone|broker) ready: (pulsar(?:\+ssl)?://\S+) (https?://\S+)")
 
 #: Runs the ``quasar`` click group in a fresh interpreter (with or without an installed console script).
 _QUASAR_COMMAND = ("-c", "import sys; from quasar.cli.main import main; sys.exit(main(prog_name='quasar'))")
@@ -60,6 +60,7 @@ class BrokerProcess:
         startup_timeout_s: seconds :meth:`start` waits for the readiness line.
         env: extra environment variables for the subprocess (merged over ``os.environ``).
         python: the interpreter to run; default ``sys.executable``.
+        subcommand: ``standalone``, or ``broker`` for a cluster member (its options go in ``extra_args``).
 
     Raises:
         ValueError: a port is outside 0..65535 or a timeout is not positive.
@@ -77,6 +78,7 @@ class BrokerProcess:
         startup_timeout_s: float = 30.0,
         env: Mapping[str, str] | None = None,
         python: str = sys.executable,
+        subcommand: str = "standalone",
     ) -> None:
         for name, value in (("port", port), ("admin_port", admin_port)):
             if not 0 <= value <= 65535:
@@ -94,6 +96,7 @@ class BrokerProcess:
         self.startup_timeout_s = startup_timeout_s
         self.env = dict(env or {})
         self.python = python
+        self.subcommand = subcommand
         self.service_url: str | None = None
         self.admin_url: str | None = None
         self.stdout_path: Path | None = None
@@ -132,7 +135,7 @@ class BrokerProcess:
         return [
             self.python,
             *_QUASAR_COMMAND,
-            "standalone",
+            self.subcommand,
             "--data-dir",
             str(self.data_dir),
             "--host",
