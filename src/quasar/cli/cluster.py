@@ -121,7 +121,15 @@ def _nameserver_child(ns: NameServerSpec, log_dir: Path, log_level: str) -> Chil
     return Child(ns.name, argv, log_dir / f"{ns.name}.log", tier=_NAMESERVER_TIER, env=env)
 
 
-def _broker_child(broker: BrokerSpec, plan: ClusterPlan, log_dir: Path, log_level: str) -> Child:
+def _dialable(address: str) -> str:
+    """``0.0.0.0:9876`` -> ``127.0.0.1:9876`` (a wildcard bind address is not one to connect to)."""
+    host, _, port = address.rpartition(":")
+    return f"127.0.0.1:{port}" if host in ("0.0.0.0", "[::]", "::", "") else address
+
+
+def _broker_child(
+    broker: BrokerSpec, plan: ClusterPlan, nameservers: str, log_dir: Path, log_level: str
+) -> Child:
     argv = _quasar_argv(
         "broker",
         f"--data-dir={plan.data_dir / broker.group}",
@@ -131,7 +139,7 @@ def _broker_child(broker: BrokerSpec, plan: ClusterPlan, log_dir: Path, log_leve
         f"--cluster={plan.name}",
         f"--broker-name={broker.group}",
         f"--broker-id={broker.broker_id}",
-        f"--nameservers={plan.nameserver_list}",
+        f"--nameservers={nameservers}",
         f"--metadata-store={plan.etcd.url}",
         f"--log-level={log_level}",
     )
@@ -213,8 +221,11 @@ class _Run:
         sup.wait_ready({child: line_probe(NAMESERVER_READY) for _, child in self.nameservers}, timeout_s)
         for _, child in self.nameservers:
             report(f"{child.name} ready (pid {child.pid}): {child.ready_result.group(1)}")
+        # the addresses the name servers reported, as the brokers can dial them
+        nameservers = ";".join(_dialable(child.ready_result.group(1)) for _, child in self.nameservers)
         for broker in plan.brokers:
-            self.brokers.append((broker, sup.spawn(_broker_child(broker, plan, log_dir, log_level))))
+            child = _broker_child(broker, plan, nameservers, log_dir, log_level)
+            self.brokers.append((broker, sup.spawn(child)))
         self.save("starting")
         sup.wait_ready({child: line_probe(BROKER_READY) for _, child in self.brokers}, timeout_s)
         for _, child in self.brokers:
@@ -382,7 +393,9 @@ def up(
                 f"--base-port {base_port} needs ports {base_port}..{base_port + len(plan.ports()) - 1}, "
                 f"but {listed}: pick another --base-port or leave it out for free ports"
             )
-    supervisor = Supervisor(lambda line: err.print(line, markup=False, soft_wrap=True), stop_timeout_s=stop_timeout)
+    supervisor = Supervisor(
+        lambda line: err.print(line, markup=False, soft_wrap=True), stop_timeout_s=stop_timeout
+    )
     supervisor.install_signal_handlers()
     run = _Run(plan, supervisor)
     try:
