@@ -12,6 +12,7 @@ from quasar.metadata.errors import (
     InvalidPathError,
     MetadataStoreClosedError,
     MetadataStoreError,
+    MetadataStoreUnavailableError,
     NotFoundError,
 )
 from quasar.metadata.port import (
@@ -40,6 +41,7 @@ __all__ = [
     "MetadataStore",
     "MetadataStoreClosedError",
     "MetadataStoreError",
+    "MetadataStoreUnavailableError",
     "NotFoundError",
     "Notification",
     "NotificationType",

@@ -47,6 +47,18 @@ class Notifier:
             except RuntimeError:  # the loop is closed: nobody is left to notify
                 log.debug("metadata notifications dropped: event loop closed")
 
+    def schedule_session(self, loop: asyncio.AbstractEventLoop, event: SessionEvent) -> None:
+        """Deliver the session ``event`` on ``loop`` (from the loop's own thread)."""
+        if self._session_listeners:
+            loop.call_soon(self.dispatch_session, event)
+
+    def dispatch_session(self, event: SessionEvent) -> None:
+        for listener in list(self._session_listeners):
+            try:
+                listener(event)
+            except Exception:  # a listener's bug must not stop the others
+                log.exception("metadata session listener %r failed on %s", listener, event)
+
     def dispatch(self, events: Sequence[Notification]) -> None:
         for event in events:
             for listener in list(self._listeners):

@@ -9,7 +9,9 @@ The tree (every backend raises these, whatever its own errors are)::
         ├── NotFoundError           delete/get of a path that does not exist where it must
         ├── BadVersionError         compare-and-set lost: the stored version is not the expected one
         ├── AlreadyExistsError      create (expected version -1) of a path that exists
-        └── MetadataStoreClosedError  the store was closed
+        ├── MetadataStoreClosedError  the store was closed
+        └── MetadataStoreUnavailableError  the metadata service (etcd) did not answer in time or refused every
+                                           connection; the call may be retried (a write's outcome is unknown)
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ __all__ = [
     "InvalidPathError",
     "MetadataStoreClosedError",
     "MetadataStoreError",
+    "MetadataStoreUnavailableError",
     "NotFoundError",
 ]
 
@@ -53,3 +56,9 @@ class AlreadyExistsError(BadVersionError):
 
 class MetadataStoreClosedError(MetadataStoreError):
     """The store has been closed (Pulsar ``AlreadyClosedException``)."""
+
+
+class MetadataStoreUnavailableError(MetadataStoreError):
+    """The metadata service could not be reached in time (etcd: every endpoint refused the connection, or the
+    one asked did not answer within the operation timeout; Pulsar ``MetadataStoreException`` wrapping a
+    connection loss). A write that timed out may or may not have been applied; a later call may succeed."""
