@@ -144,6 +144,12 @@ class ClusterMembership:
             return
         key = (names[0], int(names[1]))
         info = None if result is None else self._decode(path, result)
+        if key == (self.me.group, self.me.broker_id):  # this broker's own registration, seen back
+            if info is None:
+                self.brokers.pop(key, None)
+            else:
+                self.brokers[key] = info
+            return
         if info is None:
             if self.brokers.pop(key, None) is not None:
                 log.info("broker %s/%s left the cluster", *key)
