@@ -16,7 +16,7 @@ import dataclasses
 import itertools
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from quasar.protocol import NEED_DATA, RemoteProtocolError
 from quasar.protocol.remoting import (
@@ -227,7 +227,8 @@ class _ClientConnection(asyncio.Protocol):
         return self._transport is None or self._transport.is_closing()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]  # a stream transport (create_connection)
+        # a stream transport (uvloop's TCPTransport has asyncio.Transport's methods without subclassing it)
+        self._transport = cast(asyncio.Transport, transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None

@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from typing import cast
 
 from aiohttp import web
 
@@ -245,8 +246,8 @@ class _Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # a stream transport (uvloop's TCPTransport has asyncio.Transport's methods without subclassing it)
+        self._transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.server._connections.add(self)  # noqa: SLF001 - the server's own connection registry
