@@ -40,7 +40,8 @@ def _registrar(app: BrokerApp) -> list[Companion]:
     addresses = config.nameserver_addresses()
     if not addresses or app.member is None:
         return []
-    from quasar.nameserver.registrar import BrokerIdentity, BrokerRegistrar
+    from quasar.nameserver.messages import BrokerIdentity
+    from quasar.nameserver.registrar import BrokerRegistrar
 
     info = app.member.me
     low, high = REGISTER_PERIOD_BOUNDS_S

@@ -14,13 +14,19 @@ def main() -> None:
 
 
 def _register() -> None:
+    from quasar.cli.broker import broker
+    from quasar.cli.cluster import cluster
     from quasar.cli.demo import demo
+    from quasar.cli.nameserver import nameserver
     from quasar.cli.query import query
     from quasar.cli.standalone import standalone
 
     main.add_command(standalone)
+    main.add_command(broker)
     main.add_command(demo)
     main.add_command(query)
+    main.add_command(nameserver)
+    main.add_command(cluster)
 
 
 _register()
