@@ -9,6 +9,7 @@ teardown; every wait is bounded in time.
 from __future__ import annotations
 
 import json
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -339,3 +340,47 @@ def test_with_etcd_unreachable_brokers_serve_and_refuse_metadata_changes(own_clu
         ]
     finally:
         client.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_lookups_answer_the_advertised_listener_the_client_names(tmp_path: Path):
+    etcd = EtcdProcess(tmp_path / "etcd").start()
+    port = _free_port()
+    broker = BrokerProcess(
+        tmp_path / "broker-a",
+        port=port,
+        subcommand="broker",
+        extra_args=(
+            "--broker-name", "broker-a",
+            "--metadata-store", etcd.url,
+            "--advertised-listeners", f"internal:pulsar://127.0.0.1:{port},external:pulsar://localhost:{port}",
+            "--internal-listener-name", "internal",
+        ),
+    )  # fmt: skip
+    try:
+        broker.start()
+        lookup = f"{broker.admin_url}/lookup/v2/topic/persistent/public/default/l"
+        assert http("GET", lookup)[1]["brokerUrl"] == f"pulsar://127.0.0.1:{port}"
+        assert http("GET", lookup + "?listenerName=external")[1]["brokerUrl"] == f"pulsar://localhost:{port}"
+        external = pulsar.Client(f"pulsar://127.0.0.1:{port}", listener_name="external", logger=_QUIET,
+                                 operation_timeout_seconds=5)  # fmt: skip
+        try:
+            producer = external.create_producer("persistent://public/default/l")
+            producer.send(b"through the external listener")
+        finally:
+            external.close()
+        unknown = pulsar.Client(f"pulsar://127.0.0.1:{port}", listener_name="nope", logger=_QUIET,
+                                operation_timeout_seconds=3)  # fmt: skip
+        try:
+            with pytest.raises(pulsar.PulsarException):
+                unknown.create_producer("persistent://public/default/l")
+        finally:
+            unknown.close()
+    finally:
+        broker.stop()
+        etcd.stop()
