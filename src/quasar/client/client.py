@@ -29,6 +29,7 @@ from .connection_pool import ConnectionPool, LookupService, parse_service_url
 from .consumer import Consumer
 from .errors import AlreadyClosedError
 from .multi_consumer import MultiTopicsConsumer
+from .nameserver_lookup import NameServerLookupService, is_nameserver_url, parse_nameserver_url
 from .op_send import full_topic
 from .partitioned_producer import PartitionedProducer
 from .producer import Producer
@@ -42,7 +43,8 @@ class AsyncClient:
     """Asyncio Pulsar client. Use it inside a running event loop; ``async with AsyncClient(url) as client``.
 
     Args:
-        service_url: ``pulsar://host:port``.
+        service_url: ``pulsar://host:port``, or ``nameserver://host:port;host:port`` to find brokers through
+            name servers (:mod:`quasar.client.nameserver_lookup`).
         config: a :class:`ClientConfig`, or keyword arguments with its field names
             (``operation_timeout_seconds``, ``connection_timeout_ms``, ...).
 
@@ -51,13 +53,20 @@ class AsyncClient:
     """
 
     def __init__(self, service_url: str, config: ClientConfig | None = None, **kwargs: Any) -> None:
-        self.service_address = parse_service_url(service_url)
+        nameservers = is_nameserver_url(service_url)
+        self.service_address = (
+            parse_nameserver_url(service_url)[0] if nameservers else parse_service_url(service_url)
+        )
         self.service_url = service_url
         if config is not None and kwargs:
             raise TypeError("pass either config or keyword settings, not both")
         self.config = config if config is not None else ClientConfig(**kwargs)
         self.pool = ConnectionPool(self.config)
-        self.lookup = LookupService(self.pool, self.service_address)
+        self.lookup = (
+            NameServerLookupService(self.pool, service_url)
+            if nameservers
+            else LookupService(self.pool, self.service_address)
+        )
         self._producer_ids = itertools.count()
         self._consumer_ids = itertools.count()
         self._handles: set[Any] = set()
@@ -219,6 +228,7 @@ class AsyncClient:
         self._closed = True
         handles = list(self._handles)
         await asyncio.gather(*(h.close() for h in handles), return_exceptions=True)
+        await self.lookup.aclose()
         await self.pool.aclose()
 
     async def __aenter__(self) -> AsyncClient:

@@ -136,6 +136,8 @@ class ClientConfig:
         max_lookup_redirects: LOOKUP redirects followed before failing; 20.
         partitions_update_interval_seconds: how often partitioned producers/consumers re-read the partition
             count; 60 (C++ ``partitionsUpdateInterval``).
+        listener_name: the broker's advertised listener to connect to (``pulsar.Client(listener_name=...)``):
+            sent in LOOKUP, and picks that listener's URL from name-server routes; None = the default URL.
     """
 
     operation_timeout_seconds: float = 30
@@ -145,6 +147,7 @@ class ClientConfig:
     max_backoff_interval_ms: int = 60_000
     max_lookup_redirects: int = 20
     partitions_update_interval_seconds: float = 60
+    listener_name: str | None = None
 
     def __post_init__(self) -> None:
         for name in (
@@ -160,6 +163,8 @@ class ClientConfig:
         _check_int("initial_backoff_interval_ms", self.initial_backoff_interval_ms, 1)
         _check_int("max_backoff_interval_ms", self.max_backoff_interval_ms, self.initial_backoff_interval_ms)
         _check_int("max_lookup_redirects", self.max_lookup_redirects, 0)
+        if self.listener_name is not None:
+            _check_type("listener_name", self.listener_name, str)
 
 
 @dataclass(frozen=True, slots=True)

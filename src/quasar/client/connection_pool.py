@@ -201,7 +201,10 @@ class LookupService:
         for _ in range(self.pool.config.max_lookup_redirects + 1):
             cnx = await self.pool.get(address)
             request_id = cnx.next_request_id()
-            frame = commands.new_lookup(topic, request_id, authoritative=authoritative)
+            listener = self.pool.config.listener_name or ""
+            frame = commands.new_lookup(
+                topic, request_id, authoritative=authoritative, advertised_listener_name=listener
+            )
             body = await cnx.request(frame, request_id)
             try:
                 target = parse_service_url(body.brokerServiceUrl)
@@ -228,3 +231,6 @@ class LookupService:
             return list(names)
 
         return await retry_until(self._deadline(), once, self.pool.config)
+
+    async def aclose(self) -> None:
+        """Release what the lookup service holds (nothing here; name-server lookups close their connections)."""
