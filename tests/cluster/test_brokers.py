@@ -22,6 +22,7 @@ from typing import Any
 import pulsar
 import pytest
 
+import quasar.client as qc
 from quasar.testing.broker_process import BrokerProcess
 from quasar.testing.etcd import EtcdProcess, etcd_available
 from quasar.testing.nameserver_process import NameServerProcess
@@ -226,6 +227,28 @@ def test_any_broker_answers_for_the_cluster(cluster: LocalCluster):
     assert status == 307 and location == str(cluster.brokers[owner].admin_url) + stats_path
     status, stats = http("GET", str(cluster.brokers[other].admin_url) + stats_path)
     assert status == 200 and "publishers" in stats
+
+
+def test_our_client_follows_redirects_to_the_groups_new_topics_are_placed_on(cluster: LocalCluster):
+    """New topics looked up at one broker are placed by load; a topic picked for another group is answered
+    with a Redirect (authoritative), which quasar.client follows like the official client."""
+    client = qc.Client(str(cluster.brokers["broker-a"].service_url), operation_timeout_seconds=15)
+    topics = [f"persistent://public/default/redirected-{uuid.uuid4().hex[:6]}-{i}" for i in range(6)]
+    try:
+        for topic in topics:
+            producer = client.create_producer(topic)
+            producer.send(topic.encode())
+            producer.close()
+        by_url = {str(b.service_url): g for g, b in cluster.brokers.items()}
+        owners = {by_url[cluster.admin("broker-a", "GET", f"/lookup/v2/topic/{t.replace('://', '/')}")[1]["brokerUrl"]]
+                  for t in topics}  # fmt: skip
+        assert len(owners) >= 2  # spread by load, not all on the broker the client asked
+        for topic in topics:
+            reader = client.create_reader(topic, qc.EARLIEST)
+            assert reader.read_next(10_000).data() == topic.encode()
+            reader.close()
+    finally:
+        client.close()
 
 
 def test_name_servers_know_every_group_and_its_partitions(cluster: LocalCluster):
