@@ -9,8 +9,10 @@ Every exception Quasar raises derives from :class:`QuasarError`. Each layer keep
     ├── ManagedLedgerError       quasar.ledger.errors     (ManagedLedgerFencedError, CursorAlreadyClosedError, ...)
     ├── BrokerError              quasar.broker.errors     (carries a Pulsar ServerError code)
     ├── ClientError              quasar.client.errors     (ConnectError, ConnectionClosedError, ...)
+    ├── NameServerError          quasar.nameserver.errors (InvalidRequestError, NameServerTimeoutError, ...)
     ├── QuasarSparkError         quasar.spark.errors      (OptionError, ...)
     ├── DemoError                quasar.cli.flights       (the ``quasar demo`` commands)
+    ├── NameServerProcessError   quasar.testing           (the name server subprocess harness)
     └── BrokerProcessError       quasar.testing           (the broker subprocess harness)
 """
 
