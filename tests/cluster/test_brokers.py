@@ -270,6 +270,31 @@ def test_name_servers_know_every_group_and_its_partitions(cluster: LocalCluster)
         assert wait_for(lambda ns=ns: route_of(ns), f"the route at {ns.address}") == expected
 
 
+def test_our_client_produces_and_consumes_through_the_name_servers(cluster: LocalCluster):
+    topic = create_partitioned(cluster, 6, group="broker-b")
+    path = topic.replace("://", "/")
+    for ns in cluster.nameservers:  # registered with both (topic changes are registered within moments)
+        wait_for(
+            lambda ns=ns: http("GET", f"{ns.http_url}/routes/{path}")[0] == 200, f"the route at {ns.address}"
+        )
+    url = "nameserver://" + ";".join(str(ns.address) for ns in cluster.nameservers)
+    client = qc.Client(url, operation_timeout_seconds=15)
+    try:
+        consumer = client.subscribe(topic, "via-name-servers", consumer_type=qc.ConsumerType.Shared)
+        producer = client.create_producer(topic)
+        sent = {f"n-{i}".encode() for i in range(120)}
+        for payload in sorted(sent):
+            producer.send(payload)
+        received = []
+        for _ in range(len(sent)):
+            message = consumer.receive(10_000)
+            received.append(message.data())
+            consumer.acknowledge(message)
+        assert sorted(received) == sorted(sent)
+    finally:
+        client.close()
+
+
 def test_a_killed_broker_takes_only_its_own_partitions_away(own_cluster: LocalCluster):
     cluster = own_cluster
     topic = create_partitioned(cluster, 6)
