@@ -1,0 +1,210 @@
+"""``quasar cluster up`` end to end: real etcd, ``quasar nameserver`` and ``quasar broker`` subprocesses.
+
+The first test (etcd + 2 name servers + 3 brokers, admin answers, SIGTERM stops every member) is in the default
+run; the longer scenarios are marked slow. Every process a test starts is stopped by PID at teardown
+(``cluster_factory``), and every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pulsar
+import pytest
+
+from quasar.cli.cluster_layout import pid_alive
+from quasar.testing.cluster_process import ClusterProcessError
+from tests.cluster.conftest import ClusterFactory, needs_etcd
+
+
+def http_json(url: str, method: str = "GET", body: Any = None, timeout_s: float = 10.0) -> tuple[int, Any]:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(
+        url, data=data, method=method, headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=timeout_s) as response:
+        raw = response.read()
+        return response.status, json.loads(raw) if raw else None
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float = 20.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def all_gone(pids: dict[str, int]) -> bool:
+    return not any(pid_alive(pid) for pid in pids.values())
+
+
+def quasar(
+    *args: str, timeout_s: float = 30.0, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run a short ``quasar`` command (one that starts no cluster) and capture its output."""
+    return subprocess.run(
+        [sys.executable, "-m", "quasar", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+
+
+@needs_etcd
+def test_up_starts_every_member_and_sigterm_stops_them(cluster_factory: ClusterFactory) -> None:
+    cluster = cluster_factory(brokers=3, nameservers=2)
+    state = cluster.state
+    assert state["cluster"] == "quasar-cluster"
+    assert state["state"] == "running"
+    assert state["etcd"]["url"].startswith("etcd://127.0.0.1:")
+    assert [b["group"] for b in state["brokers"]] == ["broker-a", "broker-b", "broker-c"]
+    assert {(b["id"], b["role"]) for b in state["brokers"]} == {(0, "master")}
+    assert len(state["nameservers"]) == 2
+    assert state["nameserverUrl"] == "nameserver://" + ";".join(ns["address"] for ns in state["nameservers"])
+    pids = cluster.member_pids()
+    assert len(pids) == 6 and cluster.alive_members() == pids
+    assert http_json(state["etcd"]["endpoint"] + "/health")[1]["health"] == "true"
+    for broker in state["brokers"]:
+        assert broker["serviceUrl"].startswith("pulsar://")
+        assert http_json(broker["webServiceUrl"] + "/admin/v2/clusters") == (200, ["quasar-cluster"])
+    for ns in state["nameservers"]:
+        host, port = ns["address"].rsplit(":", 1)
+        socket.create_connection((host, int(port)), timeout=5).close()
+
+    status = quasar("cluster", "status", "--data-dir", str(cluster.data_dir))
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert status.stdout.count(" up ") >= 6
+
+    assert cluster.stop() == 0
+    assert all_gone(pids)
+    assert cluster.reload()["state"] == "stopped"
+    log = cluster.stderr_text()
+    # brokers first, then the name servers, then etcd
+    assert log.index("stopped broker-c") < log.index("stopped nameserver-0") < log.index("stopped etcd")
+
+
+def test_missing_etcd_is_a_clear_error(tmp_path: Path) -> None:
+    empty = tmp_path / "empty-path"
+    empty.mkdir()
+    result = quasar("cluster", "up", "--data-dir", str(tmp_path / "c"), env={"PATH": str(empty)})
+    assert result.returncode == 1
+    assert "apt-get install etcd-server" in result.stderr
+    assert not (tmp_path / "c" / "cluster.json").exists()
+
+
+@needs_etcd
+def test_taken_base_port_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        taken = holder.getsockname()[1]
+        base = taken - 3  # the layout's 4th port: name server 0's HTTP port
+        result = quasar("cluster", "up", "--data-dir", str(tmp_path / "c"), "--base-port", str(base))
+    assert result.returncode == 1
+    assert f"127.0.0.1:{taken} (nameserver-0 http) in use" in result.stderr
+    assert not (tmp_path / "c" / "cluster.json").exists()
+
+
+@needs_etcd
+@pytest.mark.slow
+def test_member_failing_to_start_stops_the_others(cluster_factory: ClusterFactory, tmp_path: Path) -> None:
+    data_dir = tmp_path / "cluster"
+    data_dir.mkdir()
+    (data_dir / "broker-c").write_text("a file where broker-c's data directory should be\n")
+    cluster = cluster_factory(data_dir=data_dir, start=False, startup_timeout_s=90)
+    with pytest.raises(ClusterProcessError, match="before it was ready"):
+        cluster.start()
+    assert cluster.returncode == 1
+    assert cluster.state["state"] == "failed"
+    pids = cluster.member_pids()
+    assert set(pids) == {"etcd", "nameserver-0", "nameserver-1", "broker-a", "broker-b", "broker-c"}
+    assert all_gone(pids)
+    err = cluster.stderr_text()
+    assert "Error: the cluster did not start: broker-c (pid" in err
+    assert "stopping what was started: " in err
+
+
+@needs_etcd
+@pytest.mark.slow
+def test_a_member_dying_is_reported_and_the_others_keep_running(cluster_factory: ClusterFactory) -> None:
+    cluster = cluster_factory(brokers=2, nameservers=1)
+    pids = cluster.member_pids()
+    os.kill(pids["broker-b"], signal.SIGKILL)
+    wait_until(lambda: "broker-b" in cluster.stderr_text() and "exited unexpectedly" in cluster.stderr_text(),
+               what="the report of broker-b's death")  # fmt: skip
+    assert "ended by SIGKILL" in cluster.stderr_text()
+    assert cluster.running
+    assert set(cluster.alive_members()) == {"etcd", "nameserver-0", "broker-a"}
+    wait_until(lambda: cluster.reload()["brokers"][1].get("exitCode") == -9, what="cluster.json to say so")
+    status = quasar("cluster", "status", "--data-dir", str(cluster.data_dir))
+    assert status.returncode == 1
+    assert "pid gone" in status.stdout
+    assert cluster.stop() == 0
+    assert all_gone(pids)
+
+
+@needs_etcd
+@pytest.mark.slow
+def test_rerun_refuses_while_running_then_recovers_the_data(cluster_factory: ClusterFactory) -> None:
+    first = cluster_factory(brokers=2, nameservers=1)
+    urls = first.broker_service_urls()
+    admin_a = first.broker_admin_urls()[0]
+    assert http_json(admin_a + "/admin/v2/tenants/cluster-up-test", "PUT", {"allowedClusters": []})[0] == 204
+    topic = "persistent://public/default/cluster-up-restart"
+    client = pulsar.Client(urls[0], operation_timeout_seconds=15)
+    try:
+        client.subscribe(topic, "kept")  # the subscription keeps the messages for after the restart
+        producer = client.create_producer(topic)
+        for i in range(3):
+            producer.send(f"m{i}".encode())
+    finally:
+        client.close()
+
+    second = cluster_factory(data_dir=first.data_dir, brokers=2, nameservers=1, start=False)
+    with pytest.raises(ClusterProcessError, match="is still running"):
+        second.start()
+    assert second.returncode == 1
+    assert first.alive_members() == first.member_pids()
+
+    old_pids = first.member_pids()
+    assert first.stop() == 0
+    assert all_gone(old_pids)
+    first.start()
+    assert first.broker_service_urls() == urls  # the previous ports were free, so they were reused
+    for admin in first.broker_admin_urls():
+        assert "cluster-up-test" in http_json(admin + "/admin/v2/tenants")[1]
+    client = pulsar.Client(urls[-1], operation_timeout_seconds=15)  # any broker: lookup finds the owner
+    try:
+        consumer = client.subscribe(topic, "kept")
+        assert [consumer.receive(10_000).data() for _ in range(3)] == [b"m0", b"m1", b"m2"]
+    finally:
+        client.close()
+    assert (first.data_dir / "logs" / "broker-a.log").read_text().count("==== ") == 2
+
+
+@needs_etcd
+@pytest.mark.slow
+def test_cluster_up_killed_leaves_members_that_a_rerun_names(cluster_factory: ClusterFactory) -> None:
+    cluster = cluster_factory(brokers=1, nameservers=1)
+    pids = cluster.member_pids()
+    cluster.kill()  # SIGKILL `cluster up` alone: its members keep running, orphaned
+    assert cluster.alive_members() == pids
+    again = cluster_factory(data_dir=cluster.data_dir, brokers=1, nameservers=1, start=False)
+    with pytest.raises(ClusterProcessError, match="its `cluster up` is gone"):
+        again.start()
+    assert f"etcd (pid {pids['etcd']})" in again.stderr_text()
+    cluster.stop()  # stops the orphans by PID
+    assert all_gone(pids)
