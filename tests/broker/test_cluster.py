@@ -218,3 +218,16 @@ async def test_admin_changes_made_by_one_broker_reach_the_others(cluster: Cluste
     await a.resources.set_namespace_policy("acme/ns", "messageTTL", 60)
     await settle(50)
     assert resources.namespaces["acme/ns"]["messageTTL"] == 60
+
+
+async def test_brokers_starting_together_each_get_their_own_boot_count():
+    """The boot counter (producer names) is shared in a cluster: concurrent starts retry their
+    compare-and-set instead of failing."""
+    data = MemoryData()
+    stores = [MemoryMetadataStore(data) for _ in range(5)]
+    try:
+        counts = await asyncio.gather(*(BrokerResources(store).next_boot_count() for store in stores))
+    finally:
+        for store in stores:
+            await store.close()
+    assert sorted(counts) == [1, 2, 3, 4, 5]

@@ -21,11 +21,20 @@ Paths (every name is ONE segment through ``encode_segment``; values are JSON)::
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Callable
 from typing import Any
 
 from quasar.broker.metadata_tree import PathFollower, join_path, read_tree, split_path
-from quasar.metadata import GetResult, MetadataStore, decode_json, encode_json, encode_segment
+from quasar.metadata import (
+    AlreadyExistsError,
+    BadVersionError,
+    GetResult,
+    MetadataStore,
+    decode_json,
+    encode_json,
+    encode_segment,
+)
 from quasar.protocol import TopicName
 
 __all__ = [
@@ -46,6 +55,7 @@ POLICIES_ROOT = "/admin/policies"
 PARTITIONED_ROOT = "/admin/partitioned-topics"
 TOPIC_POLICIES_ROOT = "/admin/topic-policies"
 BOOT_COUNT_PATH = "/broker/boot-count"
+_BOOT_COUNT_ATTEMPTS = 20
 
 
 def tenant_path(tenant: str) -> str:
@@ -191,7 +201,18 @@ class BrokerResources:
             self.on_policies_changed()
 
     async def next_boot_count(self) -> int:
-        """Increment and return the broker's boot counter (1 at the first start)."""
+        """Increment and return the boot counter (1 at the first start). In a cluster the brokers share it
+        (unique producer names across the cluster, as Pulsar's DistributedIdGenerator), so a
+        compare-and-set that loses to a broker starting at the same moment reads the counter again and
+        retries (at most ``_BOOT_COUNT_ATTEMPTS`` times)."""
+        for _ in range(_BOOT_COUNT_ATTEMPTS - 1):
+            try:
+                return await self._increment_boot_count()
+            except (AlreadyExistsError, BadVersionError):
+                await asyncio.sleep(random.uniform(0.0, 0.05))
+        return await self._increment_boot_count()
+
+    async def _increment_boot_count(self) -> int:
         stored = await self._metadata.get(BOOT_COUNT_PATH)
         boot = 1 if stored is None else int(decode_json(BOOT_COUNT_PATH, stored.value)) + 1
         await self._metadata.put(
