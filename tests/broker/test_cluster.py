@@ -231,3 +231,17 @@ async def test_brokers_starting_together_each_get_their_own_boot_count():
         for store in stores:
             await store.close()
     assert sorted(counts) == [1, 2, 3, 4, 5]
+
+
+async def test_a_placement_not_yet_notified_is_read_from_the_store_not_redirected_elsewhere(cluster: Cluster):
+    a = await cluster.add(info("broker-a"))
+    b = await cluster.add(info("broker-b"))
+    await cluster.add(info("broker-c"))
+    for name, group in (("x", "broker-a"), ("y", "broker-b")):  # broker-c is the least loaded
+        await a.placement.claim(TopicName.parse(f"persistent://public/default/{name}"), group)
+    await settle()
+    topic = TopicName.parse("persistent://public/default/just-placed")
+    await b.placement.claim(topic, "broker-b")  # a has not applied the notification yet
+    assert a.placement.group_of(topic) is None
+    answer = await a.ownership.lookup(topic, authoritative=False, listener="")
+    assert (answer.kind, answer.service_url) == (LookupKind.CONNECT, "pulsar://broker-b:6651")

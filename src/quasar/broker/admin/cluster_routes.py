@@ -6,7 +6,8 @@ broker answered with a 307 to it (Pulsar's ``validateTopicOwnership`` redirect).
 - ``GET /admin/v2/brokers/{cluster}``: the live brokers as Pulsar lists them, ``["host:webport", ...]``.
 - ``GET /admin/v2/brokers``: every live broker with its group, id, role, URLs, listeners and load (Quasar).
 - ``GET /lookup/v2/topic/{domain}/{tenant}/{ns}/{topic}[?listenerName=NAME]``: Pulsar LookupData of the
-  owning broker (placing the topic when nobody serves it yet, as a binary LOOKUP does).
+  owning broker (placing the topic when nobody serves it yet, as a binary LOOKUP does; where that LOOKUP
+  would answer Redirect, a 307 to the chosen broker's lookup with ``authoritative=true``, as Pulsar does).
 
 :func:`owner_redirect_middleware` sends a request for one of ``owner_only`` handlers (topic stats,
 subscriptions, ...) to the broker that serves the topic: ``307 Temporary Redirect`` with the same path and
@@ -18,11 +19,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Collection
+from urllib.parse import urlencode
 
 from aiohttp import web
 
 from quasar.broker.admin.app_keys import SERVICE_KEY
 from quasar.broker.broker_service import BrokerService
+from quasar.broker.cluster.model import LookupKind
 from quasar.protocol import TopicName
 
 __all__ = ["owner_redirect_middleware", "register"]
@@ -98,11 +101,15 @@ async def get_brokers(request: web.Request) -> web.Response:
 async def lookup(request: web.Request) -> web.Response:
     """GET /lookup/v2/topic/{domain}/{tenant}/{ns}/{topic}: Pulsar LookupData JSON of the owning broker."""
     topic = _topic(request)
+    listener = request.query.get("listenerName", "")
     answer = await _service(request).lookup(
-        topic,
-        authoritative=request.query.get("authoritative", "false").lower() == "true",
-        listener=request.query.get("listenerName", ""),
+        topic, authoritative=request.query.get("authoritative", "false").lower() == "true", listener=listener
     )
+    if answer.kind is LookupKind.REDIRECT:  # Pulsar's HTTP lookup redirects (307) to the broker to ask
+        query = {"authoritative": "true", **({"listenerName": listener} if listener else {})}
+        raise web.HTTPTemporaryRedirect(
+            f"{answer.web_service_url.rstrip('/')}{request.path}?{urlencode(query)}"
+        )
     return web.json_response(
         {
             "brokerUrl": answer.service_url,

@@ -66,6 +66,8 @@ class ClusterOwnership:
         """The LOOKUP answer for ``topic``; raises ServiceNotReadyError (no live master for its group),
         UnknownListenerError, or the port's MetadataStoreError (placing it failed)."""
         group = self.placement.group_of(topic)
+        if group is None:  # not placed, or placed by another broker a moment ago: ask the store
+            group = await self.placement.read(topic)
         if group is None:
             if authoritative or self._has_local_data(topic.full_name):
                 group = await self.placement.claim(topic, self.me.group)

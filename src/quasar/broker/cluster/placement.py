@@ -113,6 +113,19 @@ class PlacementTable:
         prefix = f"{domain}://{namespace}/"
         return sorted(name for name in self._groups if name.startswith(prefix))
 
+    async def read(self, topic: TopicName) -> str | None:
+        """The group ``topic`` is placed on, read from the store (a placement made elsewhere that this broker
+        has not been notified of yet is found and remembered); None when it is not placed."""
+        known = self._groups.get(topic.full_name)
+        if known is not None:
+            return known
+        path = placement_path(topic)
+        stored = await self._metadata.get(path)
+        group = None if stored is None else self._decode(path, stored)
+        if group is not None:
+            self._set(topic.full_name, group)
+        return group
+
     # ------------------------------------------------------------------ writes
     async def claim(self, topic: TopicName, group: str) -> str:
         """Place ``topic`` on ``group`` unless it is placed already; returns the group it is placed on."""
