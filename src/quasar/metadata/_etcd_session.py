@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 import aetcd
 import grpc
+from aetcd import rpc
 
 from quasar.metadata.errors import (
     MetadataStoreClosedError,
@@ -34,7 +35,7 @@ from quasar.metadata.errors import (
 )
 from quasar.metadata.port import SessionEvent
 
-__all__ = ["EtcdConnection", "LeaseSession", "parse_endpoint"]
+__all__ = ["FAILURES", "EtcdConnection", "LeaseSession", "failure_kind", "finish_call", "parse_endpoint"]
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +52,50 @@ CHANNEL_OPTIONS: dict[str, int] = {
     "grpc.http2.max_pings_without_data": 0,
 }
 
-_TIMEOUTS = (aetcd.ConnectionTimeoutError, aetcd.WatchTimeoutError, TimeoutError)
-_FAILURES = (aetcd.ClientError, grpc.RpcError, grpc.aio.BaseError, OSError)
+#: What an aetcd or gRPC call may raise besides CancelledError (aetcd wraps most gRPC errors in ClientError
+#: subclasses; the streams this package drives itself raise grpc.aio.AioRpcError).
+FAILURES = (aetcd.ClientError, grpc.RpcError, grpc.aio.BaseError, OSError, TimeoutError)
+_FAILURES = FAILURES
+
+
+def failure_kind(exc: BaseException) -> str:
+    """``"refused"`` (etcd not reachable: UNAVAILABLE), ``"timeout"`` (no answer in time) or ``"failed"``
+    (etcd answered with an error, or a local failure)."""
+    if isinstance(exc, aetcd.ConnectionFailedError):
+        return "refused"
+    if isinstance(exc, aetcd.ConnectionTimeoutError | aetcd.WatchTimeoutError | TimeoutError):
+        return "timeout"
+    if isinstance(exc, grpc.aio.AioRpcError):
+        code = exc.code()
+        if code == grpc.StatusCode.UNAVAILABLE:
+            return "refused"
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            return "timeout"
+    return "failed"
+
+
+async def finish_call(call: Any) -> None:
+    """Cancel a gRPC stream call if it is still running and wait (briefly) for its final status, so none of
+    its completions is left for the event loop after the caller returns (gRPC's asyncio poller drops the
+    events queued behind one whose loop is closed: a later loop could then wait for ever)."""
+    if not call.done():
+        call.cancel()
+    with contextlib.suppress(*FAILURES, asyncio.CancelledError):
+        await asyncio.wait_for(call.code(), 1.0)
+
+
+async def keep_alive_once(client: Any, lease_id: int) -> int:
+    """Send one keep-alive for ``lease_id`` on a stream of its own and return the TTL etcd answers (0: the
+    lease is gone). The stream is finished before returning (aetcd's ``refresh_lease`` leaves it open)."""
+    await client.connect()
+    call = client.leasestub.LeaseKeepAlive(metadata=client.metadata)
+    try:
+        await call.write(rpc.LeaseKeepAliveRequest(ID=lease_id))
+        await call.done_writing()
+        reply = await call.read()
+        return 0 if reply is grpc.aio.EOF else int(reply.TTL)
+    finally:
+        await finish_call(call)
 
 
 def parse_endpoint(text: str) -> tuple[str, int]:
@@ -141,20 +184,19 @@ class EtcdConnection:
             endpoint = self.endpoints[index]
             try:
                 result = await asyncio.wait_for(fn(self._clients[index]), budget)
-            except aetcd.ConnectionFailedError as exc:  # UNAVAILABLE: refused / not connected: try the next
-                self._check_open()
-                refused.append(f"{endpoint} ({_detail(exc)})")
-                continue
-            except _TIMEOUTS as exc:
-                self._check_open()
-                self._current = (index + 1) % count  # the next call asks another member first
-                self._set_reachable(False)
-                raise MetadataStoreUnavailableError(
-                    f"etcd {what}: no answer from {endpoint} within {budget:g} s (endpoints "
-                    f"{', '.join(self.endpoints)}); a write may or may not have been applied"
-                ) from exc
             except _FAILURES as exc:
                 self._check_open()
+                kind = failure_kind(exc)
+                if kind == "refused":  # not connected / connection refused: try the next endpoint
+                    refused.append(f"{endpoint} ({_detail(exc)})")
+                    continue
+                if kind == "timeout":
+                    self._current = (index + 1) % count  # the next call asks another member first
+                    self._set_reachable(False)
+                    raise MetadataStoreUnavailableError(
+                        f"etcd {what}: no answer from {endpoint} within {budget:g} s (endpoints "
+                        f"{', '.join(self.endpoints)}); a write may or may not have been applied"
+                    ) from exc
                 self._set_reachable(True)  # etcd answered, with an error
                 raise MetadataStoreError(f"etcd {what} failed at {endpoint}: {_detail(exc)}") from exc
             self._current = index
@@ -170,7 +212,7 @@ class EtcdConnection:
         for client in self._clients:
             try:
                 await asyncio.wait_for(client.close(), self.timeout_s)
-            except (*_FAILURES, TimeoutError) as exc:
+            except FAILURES as exc:
                 log.debug("closing the etcd client: %s", exc)
 
 
@@ -246,12 +288,14 @@ class LeaseSession:
 
     async def _refresh(self) -> None:
         lease_id = self.lease_id
+        if lease_id is None:  # only while lost, and then _reestablish runs instead
+            return
         deadline = self._refreshed_at + self.ttl_s
         sent = time.monotonic()
         budget = max(0.05, min(self._conn.timeout_s, deadline - sent))
         try:
-            reply = await self._conn.call(
-                "lease keep-alive", lambda client: client.refresh_lease(lease_id), timeout_s=budget
+            ttl = await self._conn.call(
+                "lease keep-alive", lambda client: keep_alive_once(client, lease_id), timeout_s=budget
             )
         except MetadataStoreUnavailableError as exc:
             self._failing = True
@@ -259,7 +303,7 @@ class LeaseSession:
                 self._declare_lost(f"no keep-alive answered for {self.ttl_s} s ({exc})")
             return
         self._failing = False
-        if reply is None or int(reply.TTL) <= 0:
+        if ttl <= 0:
             self._declare_lost("etcd says the lease expired or was revoked")
             self._wake.set()  # re-establish at once
         else:

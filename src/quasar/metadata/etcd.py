@@ -24,13 +24,12 @@ Sessions: one lease per store, granted at :meth:`EtcdMetadataStore.open` (TTL ``
 kept alive by an owned task, revoked at :meth:`~EtcdMetadataStore.close` (the session's ephemeral keys vanish
 at once); session events and their rules are in :mod:`quasar.metadata._etcd_session`.
 
-Notifications: from ONE watch on the prefix, started at the revision the store was opened at and resumed from
-the last revision seen when the stream breaks, so changes made by other stores and processes arrive in etcd's
-order, each once, on the event loop: a PUT that created the key gives CREATED + CHILDREN_CHANGED of the parent,
-another PUT MODIFIED, a DELETE DELETED + CHILDREN_CHANGED. The changes one transaction makes to one path are
-coalesced (a ``multi`` that puts a path twice notifies one MODIFIED; delete-and-put notifies DELETED,
-CHILDREN_CHANGED, CREATED, CHILDREN_CHANGED). If etcd compacted revisions the watch had not seen yet, those
-changes are not notified (logged).
+Notifications: from ONE watch on the prefix (:mod:`quasar.metadata._etcd_watch`), started at the revision the
+store was opened at and resumed from the last revision seen when the stream breaks, so changes made by other
+stores and processes arrive in etcd's order, each once, on the event loop: a PUT that created the key gives
+CREATED + CHILDREN_CHANGED of the parent, another PUT MODIFIED, a DELETE DELETED + CHILDREN_CHANGED. The changes
+one transaction makes to one path are coalesced (a ``multi`` that puts a path twice notifies one MODIFIED;
+delete-and-put notifies DELETED, CHILDREN_CHANGED, CREATED, CHILDREN_CHANGED).
 
 Failures: every call is bounded by ``operation_timeout_s`` and raises only
 :class:`~quasar.metadata.errors.MetadataStoreError` subclasses; an unreachable etcd is
@@ -43,13 +42,15 @@ below the path (keys only) and keeps their first segments, as Pulsar's etcd back
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import random
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import aetcd
+from aetcd import rpc
 from aetcd import transactions as tx
 from aetcd.utils import prefix_range_end
 
@@ -65,6 +66,7 @@ from quasar.metadata._engine import (
     parent_of,
 )
 from quasar.metadata._etcd_session import EtcdConnection, LeaseSession, parse_endpoint
+from quasar.metadata._etcd_watch import PrefixWatch
 from quasar.metadata._notifier import Notifier
 from quasar.metadata.errors import (
     InvalidArgumentError,
@@ -92,8 +94,7 @@ T = TypeVar("T")
 _MAGIC = b"\x00QMD"
 _HEADER = struct.Struct(">4sqqq")  # magic, version, creation ms, modification ms
 _MAX_ATTEMPTS = 32  # commits lost to concurrent writers before a write gives up
-_WATCH_RETRY_S = (0.05, 1.0)  # first and longest pause before re-creating a broken watch
-_WATCH_ERRORS = (aetcd.ClientError, OSError)
+_DELETE = rpc.Event.DELETE
 
 
 def _encode(record: Record) -> bytes:
@@ -164,6 +165,37 @@ class _Overlay:
         raise NotImplementedError("delete_recursive is one etcd range delete, not an engine call")
 
 
+class _PathLocks:
+    """Serialises this store's own writes per path (acquired in sorted order, so ``multi`` cannot deadlock):
+    concurrent writers in one process then queue here instead of losing commits to each other at etcd."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, tuple[asyncio.Lock, int]] = {}  # path -> lock, callers holding or waiting
+
+    @contextlib.asynccontextmanager
+    async def hold(self, paths: Sequence[str]) -> AsyncIterator[None]:
+        ordered = sorted(set(paths))
+        for path in ordered:
+            lock, users = self._held.get(path, (None, 0))
+            self._held[path] = (lock or asyncio.Lock(), users + 1)
+        acquired: list[asyncio.Lock] = []
+        try:
+            for path in ordered:
+                lock = self._held[path][0]
+                await lock.acquire()
+                acquired.append(lock)
+            yield
+        finally:
+            for lock in acquired:
+                lock.release()
+            for path in ordered:
+                lock, users = self._held[path]
+                if users == 1:
+                    del self._held[path]
+                else:
+                    self._held[path] = (lock, users - 1)
+
+
 def _check_prefix(prefix: object) -> str:
     if prefix in ("", "/", None):
         return ""
@@ -227,8 +259,8 @@ class EtcdMetadataStore:
             parsed, timeout_s=float(operation_timeout_s), on_reachable=self._reachability
         )
         self._session = LeaseSession(self._conn, session_ttl_s, self._emit_session)
-        self._revision = 0  # the last etcd revision the watch has delivered (or the one at open)
-        self._watch_task: asyncio.Task[None] | None = None
+        self._locks = _PathLocks()
+        self._watch: PrefixWatch | None = None
         self._closed = False
         self._close_task: asyncio.Task[None] | None = None
 
@@ -265,9 +297,9 @@ class EtcdMetadataStore:
         self._loop = asyncio.get_running_loop()
         # an empty range answers with the current revision: the watch starts right after it
         answer = await self._conn.call("open", lambda client: client.get_range(self._root, self._root))
-        self._revision = int(answer.header.revision)
+        self._watch = PrefixWatch(self._conn, self._root, int(answer.header.revision), self._on_event)
         await self._session.start()
-        self._watch_task = self._loop.create_task(self._watch(), name=f"quasar-etcd-watch{self.prefix}")
+        self._watch.start()
 
     # -- what callers may look at ----------------------------------------------------------------------------
 
@@ -401,18 +433,21 @@ class EtcdMetadataStore:
     async def _write(
         self, paths: Sequence[str], apply: Callable[[_Overlay, int], T], *, assume_absent: bool = False
     ) -> T:
-        """Read ``paths`` (unless assumed absent), ``apply`` the engine, commit; again on a lost commit."""
+        """Read ``paths`` (unless assumed absent), ``apply`` the engine, commit; on a commit lost to another
+        store, again on the state the failed commit read (after a short random pause)."""
         self._check_open()
         keys = list(dict.fromkeys(paths))
-        seen = dict.fromkeys(keys, _ABSENT) if assume_absent else await self._read(keys)
-        for _ in range(_MAX_ATTEMPTS):
-            overlay = _Overlay(seen)
-            result = apply(overlay, now_ms())  # raises the port's errors on the state read
-            if not overlay.changes:
-                return result
-            committed, seen = await self._commit(overlay)
-            if committed:
-                return result
+        async with self._locks.hold(keys):
+            seen = dict.fromkeys(keys, _ABSENT) if assume_absent else await self._read(keys)
+            for attempt in range(_MAX_ATTEMPTS):
+                overlay = _Overlay(seen)
+                result = apply(overlay, now_ms())  # raises the port's errors on the state read
+                if not overlay.changes:
+                    return result
+                committed, seen = await self._commit(overlay)
+                if committed:
+                    return result
+                await asyncio.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
         raise MetadataStoreError(
             f"gave up writing {keys} after {_MAX_ATTEMPTS} commits lost to concurrent writers of the same paths"
         )
@@ -472,57 +507,12 @@ class EtcdMetadataStore:
     def _reachability(self, reachable: bool) -> None:
         self._emit_session(SessionEvent.RECONNECTED if reachable else SessionEvent.CONNECTION_LOST)
 
-    async def _start_watch(self, client: Any) -> Any:
-        try:
-            return await client.watch_prefix(self._root, start_revision=self._revision + 1)
-        except aetcd.RevisionCompactedError as exc:
-            return exc
-
-    def _compacted(self, exc: aetcd.RevisionCompactedError) -> None:
-        compacted = int(exc.compacted_revision)
-        log.warning(
-            "etcd compacted revisions %d..%d before the watch on %r saw them: their changes are not notified",
-            self._revision + 1, compacted - 1, self._root.decode(errors="replace"),
-        )  # fmt: skip
-        self._revision = max(self._revision, compacted - 1)
-
-    async def _watch(self) -> None:
-        """The owned watch task: deliver events, re-create the watch (from the next revision) when it breaks."""
-        pause = _WATCH_RETRY_S[0]
-        while not self._closed:
-            try:
-                watch = await self._conn.call("watch", self._start_watch)
-            except MetadataStoreClosedError:
-                return
-            except MetadataStoreError as exc:
-                log.debug("etcd watch not (re)created: %s", exc)
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, _WATCH_RETRY_S[1])
-                continue
-            if isinstance(watch, aetcd.RevisionCompactedError):
-                self._compacted(watch)
-                continue
-            pause = _WATCH_RETRY_S[0]
-            try:
-                async for event in watch:
-                    self._on_event(event)
-                await asyncio.sleep(pause)  # the stream ended without an error: start again, not in a spin
-            except aetcd.RevisionCompactedError as exc:
-                self._compacted(exc)
-            except _WATCH_ERRORS as exc:
-                if self._closed:
-                    return
-                log.info("etcd watch broke (%s); resuming after revision %d", exc, self._revision)
-                self._conn.failed(rotate=isinstance(exc, aetcd.ConnectionFailedError))
-                await asyncio.sleep(pause)
-
     def _on_event(self, event: Any) -> None:
         kv = event.kv
-        self._revision = max(self._revision, int(kv.mod_revision))
         path = self._path(bytes(kv.key))
         if path is None or self._loop is None:
             return
-        changes = _deleted(path) if event.kind == "DELETE" else _put_notifications(path, kv)
+        changes = _deleted(path) if event.type == _DELETE else _put_notifications(path, kv)
         self._notifier.schedule(self._loop, changes)
 
     # -- close -----------------------------------------------------------------------------------------------
@@ -538,9 +528,7 @@ class EtcdMetadataStore:
         await asyncio.shield(self._close_task)
 
     async def _shutdown(self) -> None:
-        task, self._watch_task = self._watch_task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.wait({task})
+        if self._watch is not None:
+            await self._watch.close()
         await self._session.close()
         await self._conn.close()
