@@ -1,5 +1,5 @@
-"""Property test: the memory and sqlite backends answer every sequence of calls the same way (values,
-versions, children, errors, ephemeral paths across sessions)."""
+"""Property test: the memory and sqlite backends (and etcd, when its binary is installed) answer every sequence
+of calls the same way (values, versions, children, errors, ephemeral paths across sessions)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,15 @@ from typing import Any
 
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from quasar.metadata import Delete, MetadataStore, MetadataStoreError, Put, Stat
+from quasar.metadata.etcd import EtcdMetadataStore
 from quasar.metadata.memory import MemoryData, MemoryMetadataStore
 from quasar.metadata.sqlite import SqliteMetadataStore
+from quasar.testing.etcd import EtcdProcess
+
+from .conftest import unique_prefix
 
 segments = st.sampled_from(["a", "b", "a-b", "a0", "%2F"])
 paths = st.lists(segments, min_size=1, max_size=3).map(lambda parts: "/" + "/".join(parts))
@@ -41,13 +45,29 @@ def _shape(outcome: Any) -> Any:
 
 
 class BackendsAgree(RuleBasedStateMachine):
+    etcd_endpoint: str | None = None
+    """Set (in a subclass) to compare an etcd store (a fresh key prefix per run) as well."""
+
     def __init__(self) -> None:
         super().__init__()
         self.loop = asyncio.new_event_loop()
         self.dir = Path(tempfile.mkdtemp(prefix="quasar-metadata-"))
         self.data = MemoryData()
-        self.memory: MetadataStore = MemoryMetadataStore(self.data)
-        self.sqlite: MetadataStore = self.loop.run_until_complete(SqliteMetadataStore.open(self.dir / "m.db"))
+        self.prefix = unique_prefix()
+        self.stores: list[MetadataStore] = self.loop.run_until_complete(self.open_all())
+
+    async def open_all(self) -> list[MetadataStore]:
+        stores: list[MetadataStore] = [
+            MemoryMetadataStore(self.data),
+            await SqliteMetadataStore.open(self.dir / "m.db"),
+        ]
+        if self.etcd_endpoint is not None:
+            stores.append(await EtcdMetadataStore.open(self.etcd_endpoint, prefix=self.prefix))
+        return stores
+
+    async def close_all(self) -> None:
+        for store in self.stores:
+            await store.close()
 
     def both(self, call: str, *args: Any, **kwargs: Any) -> Any:
         async def run(store: MetadataStore) -> Any:
@@ -56,9 +76,9 @@ class BackendsAgree(RuleBasedStateMachine):
             except MetadataStoreError as exc:
                 return exc
 
-        memory = self.loop.run_until_complete(run(self.memory))
-        sqlite = self.loop.run_until_complete(run(self.sqlite))
-        assert _shape(memory) == _shape(sqlite), (call, args, memory, sqlite)
+        memory, *others = (self.loop.run_until_complete(run(store)) for store in self.stores)
+        for other in others:
+            assert _shape(memory) == _shape(other), (call, args, memory, other)
         return memory
 
     @rule(path=paths, value=values, version=versions, ephemeral=st.booleans())
@@ -85,25 +105,16 @@ class BackendsAgree(RuleBasedStateMachine):
 
     @rule()
     def new_session(self) -> None:
-        async def reopen() -> None:
-            await self.memory.close()
-            await self.sqlite.close()
-            self.memory = MemoryMetadataStore(self.data)
-            self.sqlite = await SqliteMetadataStore.open(self.dir / "m.db")
-
-        self.loop.run_until_complete(reopen())
+        self.loop.run_until_complete(self.close_all())
+        self.stores = self.loop.run_until_complete(self.open_all())
 
     @invariant()
     def same_tree(self) -> None:
         self.both("get_children", "/")
 
     def teardown(self) -> None:
-        async def close() -> None:
-            await self.memory.close()
-            await self.sqlite.close()
-
         try:
-            self.loop.run_until_complete(close())
+            self.loop.run_until_complete(self.close_all())
         finally:
             self.loop.close()
             shutil.rmtree(self.dir, ignore_errors=True)
@@ -111,3 +122,14 @@ class BackendsAgree(RuleBasedStateMachine):
 
 BackendsAgree.TestCase.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
 TestBackendsAgree = BackendsAgree.TestCase
+
+
+def test_etcd_agrees(etcd_server: EtcdProcess) -> None:
+    """The same machine with an etcd store beside memory and sqlite (fewer runs: each call is a round trip)."""
+
+    class WithEtcd(BackendsAgree):
+        etcd_endpoint = etcd_server.endpoint
+
+    run_state_machine_as_test(
+        WithEtcd, settings=settings(max_examples=25, stateful_step_count=30, deadline=None)
+    )
