@@ -39,6 +39,7 @@ __all__ = [
     "describe_status",
     "http_health_probe",
     "line_probe",
+    "wait_exit",
 ]
 
 #: Looks at a child; returns its readiness result (a regex match, a parsed document, ...) or None if not yet.
@@ -148,12 +149,18 @@ class Child:
 
     def wait(self, timeout_s: float) -> int | None:
         """Wait up to ``timeout_s`` seconds for the exit; returns the status or None if still running."""
-        if self._proc is None:
-            return None
-        try:
-            return self._proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            return None
+        return wait_exit(self._proc, timeout_s)
+
+
+def wait_exit(proc: subprocess.Popen[bytes] | None, timeout_s: float) -> int | None:
+    """Wait up to ``timeout_s`` seconds for ``proc`` to exit; its status, or None if it still runs (or if
+    there is no process)."""
+    if proc is None:
+        return None
+    try:
+        return proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        return None
 
 
 def line_probe(pattern: re.Pattern[str]) -> Probe:

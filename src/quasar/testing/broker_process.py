@@ -9,31 +9,28 @@ and takes the service URL and admin URL from it. Teardown follows the nats-serve
 then SIGKILL if the broker has not exited. stdout and stderr go to files (one pair per start, numbered, in
 ``log_dir``) so a failing test can show the broker's log and restarts do not overwrite the previous run's.
 
+The lifecycle is :class:`~quasar.testing.subprocess_harness.SubprocessHarness`'s, shared with the name server
+and ``cluster up`` harnesses.
+
 Production code never imports this module (``quasar.testing`` is for tests, demos and benchmarks only).
 """
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import subprocess
 import sys
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
+from typing import ClassVar
 from urllib.parse import urlsplit
 
 from quasar.errors import QuasarError
+from quasar.testing.subprocess_harness import QUASAR_COMMAND, SubprocessHarness
 
 __all__ = ["READY_LINE", "BrokerProcess", "BrokerProcessError", "parse_ready_line"]
 
 #: The readiness line: group 1 is the Pulsar service URL, group 2 the admin (web service) URL.
 READY_LINE = re.compile(r"quasar (?:standalone|broker) ready: (pulsar(?:\+ssl)?://\S+) (https?://\S+)")
-
-#: Runs the ``quasar`` click group in a fresh interpreter (with or without an installed console script).
-_QUASAR_COMMAND = ("-c", "import sys; from quasar.cli.main import main; sys.exit(main(prog_name='quasar'))")
 
 
 class BrokerProcessError(QuasarError):
@@ -46,7 +43,7 @@ def parse_ready_line(text: str) -> tuple[str, str] | None:
     return (match.group(1), match.group(2)) if match else None
 
 
-class BrokerProcess:
+class BrokerProcess(SubprocessHarness):
     """One ``quasar standalone`` subprocess over a data directory; may be started again on the same directory.
 
     Args:
@@ -66,6 +63,10 @@ class BrokerProcess:
         ValueError: a port is outside 0..65535 or a timeout is not positive.
     """
 
+    _what: ClassVar[str] = "broker"
+    _error: ClassVar[type[QuasarError]] = BrokerProcessError
+    _ready_line: ClassVar[re.Pattern[str]] = READY_LINE
+
     def __init__(
         self,
         data_dir: Path | str,
@@ -80,11 +81,12 @@ class BrokerProcess:
         python: str = sys.executable,
         subcommand: str = "standalone",
     ) -> None:
-        for name, value in (("port", port), ("admin_port", admin_port)):
-            if not 0 <= value <= 65535:
-                raise ValueError(f"{name} must be in 0..65535, got {value}")
-        if startup_timeout_s <= 0:
-            raise ValueError(f"startup_timeout_s must be > 0, got {startup_timeout_s}")
+        super().__init__(
+            startup_timeout_s=startup_timeout_s,
+            env=env,
+            python=python,
+            ports=(("port", port), ("admin_port", admin_port)),
+        )
         self.data_dir = Path(data_dir)
         self.extra_args = tuple(extra_args)
         self.host = host
@@ -93,32 +95,9 @@ class BrokerProcess:
         self.log_dir = (
             Path(log_dir) if log_dir is not None else self.data_dir.with_name(self.data_dir.name + ".logs")
         )
-        self.startup_timeout_s = startup_timeout_s
-        self.env = dict(env or {})
-        self.python = python
         self.subcommand = subcommand
         self.service_url: str | None = None
         self.admin_url: str | None = None
-        self.stdout_path: Path | None = None
-        self.stderr_path: Path | None = None
-        self.starts = 0
-        self._proc: subprocess.Popen[bytes] | None = None
-
-    # -- state ---------------------------------------------------------------------------------------------
-
-    @property
-    def pid(self) -> int | None:
-        """Process id of the running broker, or None before :meth:`start` / after it exited."""
-        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
-
-    @property
-    def returncode(self) -> int | None:
-        """Exit status of the last broker process (negative = killed by that signal); None while running."""
-        return None if self._proc is None else self._proc.poll()
-
-    @property
-    def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
 
     @property
     def bound_port(self) -> int:
@@ -134,7 +113,7 @@ class BrokerProcess:
         """The argv :meth:`start` runs."""
         return [
             self.python,
-            *_QUASAR_COMMAND,
+            *QUASAR_COMMAND,
             self.subcommand,
             "--data-dir",
             str(self.data_dir),
@@ -147,138 +126,25 @@ class BrokerProcess:
             *self.extra_args,
         ]
 
-    def stdout_text(self) -> str:
-        """What the current (or last) broker process wrote to stdout."""
-        return self._read(self.stdout_path)
+    # -- SubprocessHarness hooks -----------------------------------------------------------------------------
 
-    def stderr_text(self) -> str:
-        """What the current (or last) broker process wrote to stderr (its log)."""
-        return self._read(self.stderr_path)
+    def _log_stem(self) -> Path:
+        return self.log_dir / "broker"
 
-    # -- lifecycle -------------------------------------------------------------------------------------------
-
-    def start(self) -> BrokerProcess:
-        """Start the broker and block until its readiness line appears; returns ``self``.
-
-        Raises:
-            BrokerProcessError: already running; the process exited before it was ready; or no readiness line
-                within ``startup_timeout_s`` (the process is then killed). The message carries the tail of
-                the broker's stderr.
-        """
-        if self.running:
-            raise BrokerProcessError(f"broker already running (pid {self.pid})")
+    def _before_start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        n = self.starts
-        self.starts += 1
-        self.stdout_path = self.log_dir / f"broker-{n}.stdout.log"
-        self.stderr_path = self.log_dir / f"broker-{n}.stderr.log"
         self.service_url = self.admin_url = None
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
-        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
-            self._proc = subprocess.Popen(
-                self.command(),
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                env=env,
-                start_new_session=True,
-            )
-        deadline = time.monotonic() + self.startup_timeout_s
-        while True:
-            urls = parse_ready_line(self.stdout_text())
-            if urls is not None:
-                self.service_url, self.admin_url = urls
-                return self
-            code = self._proc.poll()
-            if code is not None:
-                raise BrokerProcessError(
-                    f"broker exited with status {code} before it was ready{self._tail()}"
-                )
-            if time.monotonic() > deadline:
-                self.kill()
-                raise BrokerProcessError(
-                    f"broker printed no readiness line within {self.startup_timeout_s} s{self._tail()}"
-                )
-            time.sleep(0.02)
 
-    def stop(self, timeout_s: float = 10.0) -> int | None:
-        """SIGTERM the broker and wait up to ``timeout_s`` for it to exit, then SIGKILL it.
+    def _on_ready(self, match: re.Match[str]) -> None:
+        self.service_url, self.admin_url = match.group(1), match.group(2)
 
-        Returns:
-            The exit status (0 for a clean shutdown; negative = killed by that signal), or None if it was
-            never started. Safe to call twice.
-        """
-        proc = self._proc
-        if proc is None:
+    def _reported_ports(self) -> dict[str, int] | None:
+        if self.service_url is None:
             return None
-        if proc.poll() is None:
-            try:
-                proc.send_signal(signal.SIGTERM)
-                proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        return proc.returncode
+        return {"port": self.bound_port, "admin_port": self.bound_admin_port}
 
-    def kill(self) -> int | None:
-        """SIGKILL the broker (a crash: no shutdown code runs) and reap it; returns the exit status."""
-        proc = self._proc
-        if proc is None:
-            return None
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        return proc.returncode
-
-    def restart(self, *, same_ports: bool = True, kill: bool = False) -> BrokerProcess:
-        """Stop (SIGTERM, or SIGKILL if ``kill``) and start again on the same data directory.
-
-        With ``same_ports`` the new process binds the ports the previous one reported, so clients holding the
-        old service URL can reconnect; otherwise it uses the configured ports (0 = new free ports).
-        """
-        previous = (self.bound_port, self.bound_admin_port) if same_ports and self.service_url else None
-        if kill:
-            self.kill()
-        else:
-            self.stop()
-        if previous is None:
-            return self.start()
-        configured = (self.port, self.admin_port)
-        self.port, self.admin_port = previous
-        try:
-            return self.start()
-        finally:
-            self.port, self.admin_port = configured
-
-    def __enter__(self) -> BrokerProcess:
-        return self if self.running else self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
-    def __repr__(self) -> str:
-        state = f"pid {self.pid}" if self.running else f"exited {self.returncode}"
-        return f"<BrokerProcess {self.service_url} {self.admin_url} data_dir={str(self.data_dir)!r} {state}>"
-
-    # -- helpers ---------------------------------------------------------------------------------------------
-
-    @staticmethod
-    def _read(path: Path | None) -> str:
-        if path is None:
-            return ""
-        try:
-            return path.read_text(encoding="utf-8", errors="replace")
-        except FileNotFoundError:
-            return ""
-
-    def _tail(self, lines: int = 40) -> str:
-        tail = "\n".join(self.stderr_text().splitlines()[-lines:])
-        return (
-            f"; stderr ({self.stderr_path}):\n{tail}" if tail else f"; stderr ({self.stderr_path}) is empty"
-        )
+    def _repr_fields(self, state: str) -> list[str]:
+        return [str(self.service_url), str(self.admin_url), f"data_dir={str(self.data_dir)!r}", state]
 
     @staticmethod
     def _url_port(url: str | None) -> int:

@@ -11,6 +11,8 @@ raises if one survives. ``cluster up``'s own stdout and stderr go to ``<data_dir
 ``.stderr.log`` (siblings of the data directory, numbered per start); each member logs to
 ``<data_dir>/logs/<name>.log``.
 
+Start, stop, kill and the log files are :class:`~quasar.testing.subprocess_harness.SubprocessHarness`'s.
+
 Production code never imports this module (``quasar.testing`` is for tests, demos and benchmarks only).
 """
 
@@ -18,18 +20,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
-from typing import Any
+from typing import Any, ClassVar
 
 from quasar.cli.cluster import CLUSTER_READY
 from quasar.cli.cluster_layout import STATE_FILE, members, pid_alive
 from quasar.errors import QuasarError
+from quasar.testing.subprocess_harness import SubprocessHarness
 
 __all__ = ["ClusterProcess", "ClusterProcessError"]
 
@@ -38,8 +40,11 @@ class ClusterProcessError(QuasarError):
     """``cluster up`` exited before it was ready, was not ready in time, or left a member running."""
 
 
-class ClusterProcess:
+class ClusterProcess(SubprocessHarness):
     """One ``quasar cluster up`` over ``data_dir``; may be started again on the same directory.
+
+    :meth:`kill` SIGKILLs ``cluster up`` alone (a crash: its members are left running, orphaned); :meth:`stop`
+    still stops those members by PID.
 
     Args:
         data_dir: ``--data-dir`` (created by ``cluster up``); kept across restarts.
@@ -54,6 +59,11 @@ class ClusterProcess:
         ValueError: a count or the timeout is out of range.
     """
 
+    _what: ClassVar[str] = "cluster up"
+    _error: ClassVar[type[QuasarError]] = ClusterProcessError
+    _ready_line: ClassVar[re.Pattern[str]] = CLUSTER_READY
+    _poll_s: ClassVar[float] = 0.05
+
     def __init__(
         self,
         data_dir: Path | str,
@@ -67,40 +77,18 @@ class ClusterProcess:
     ) -> None:
         if brokers < 1 or nameservers < 1:
             raise ValueError(f"brokers and nameservers must be >= 1, got {brokers} and {nameservers}")
-        if startup_timeout_s <= 0:
-            raise ValueError(f"startup_timeout_s must be > 0, got {startup_timeout_s}")
+        super().__init__(startup_timeout_s=startup_timeout_s, env=env, python=python)
         self.data_dir = Path(data_dir).resolve()
         self.brokers = brokers
         self.nameservers = nameservers
         self.extra_args = tuple(extra_args)
-        self.startup_timeout_s = startup_timeout_s
-        self.env = dict(env or {})
-        self.python = python
         self.state: dict[str, Any] = {}
-        self.starts = 0
-        self.stdout_path: Path | None = None
-        self.stderr_path: Path | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
 
     # -- state ---------------------------------------------------------------------------------------------
 
     @property
     def state_path(self) -> Path:
         return self.data_dir / STATE_FILE
-
-    @property
-    def pid(self) -> int | None:
-        """PID of ``cluster up`` while it runs, else None."""
-        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
-
-    @property
-    def returncode(self) -> int | None:
-        """Exit status of ``cluster up`` (negative = that signal), None while running or before start."""
-        return None if self._proc is None else self._proc.poll()
-
-    @property
-    def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
 
     def command(self) -> list[str]:
         """The argv :meth:`start` runs."""
@@ -141,64 +129,7 @@ class ClusterProcess:
     def broker_service_urls(self) -> list[str]:
         return [broker["serviceUrl"] for broker in self.state.get("brokers", [])]
 
-    def stdout_text(self) -> str:
-        return self._read(self.stdout_path)
-
-    def stderr_text(self) -> str:
-        """What ``cluster up`` wrote to stderr (progress, member failures, the stop report)."""
-        return self._read(self.stderr_path)
-
     # -- lifecycle -------------------------------------------------------------------------------------------
-
-    def start(self) -> ClusterProcess:
-        """Run ``cluster up`` and block until its readiness line; loads cluster.json; returns ``self``.
-
-        Raises:
-            ClusterProcessError: already running; ``cluster up`` exited first (the message has its stderr
-                tail); or no readiness line within ``startup_timeout_s`` (everything is then stopped).
-        """
-        if self.running:
-            raise ClusterProcessError(f"cluster up already running (pid {self.pid})")
-        self.data_dir.parent.mkdir(parents=True, exist_ok=True)
-        n = self.starts
-        self.starts += 1
-        self.stdout_path = self.data_dir.with_name(f"{self.data_dir.name}.up-{n}.stdout.log")
-        self.stderr_path = self.data_dir.with_name(f"{self.data_dir.name}.up-{n}.stderr.log")
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
-        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
-            self._proc = subprocess.Popen(
-                self.command(),
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                env=env,
-                start_new_session=True,
-            )
-        deadline = time.monotonic() + self.startup_timeout_s
-        while CLUSTER_READY.search(self.stdout_text()) is None:
-            code = self._proc.poll()
-            if code is not None:
-                self.reload()
-                raise ClusterProcessError(
-                    f"cluster up exited with status {code} before it was ready{self._tail()}"
-                )
-            if time.monotonic() > deadline:
-                self.stop()
-                raise ClusterProcessError(
-                    f"cluster up printed no readiness line within {self.startup_timeout_s} s{self._tail()}"
-                )
-            time.sleep(0.05)
-        self.reload()
-        return self
-
-    def wait(self, timeout_s: float) -> int | None:
-        """Wait up to ``timeout_s`` for ``cluster up`` to exit; its status, or None if it still runs."""
-        if self._proc is None:
-            return None
-        try:
-            return self._proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            return None
 
     def stop(self, timeout_s: float = 60.0) -> int | None:
         """SIGTERM ``cluster up``, wait up to ``timeout_s``, SIGKILL it; then stop by PID any member still alive
@@ -210,30 +141,12 @@ class ClusterProcess:
         Raises:
             ClusterProcessError: a member listed in cluster.json is still alive after SIGKILL.
         """
+        code = super().stop(timeout_s)
         proc = self._proc
-        if proc is None:
-            return None
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        if self.reload().get("upPid") == proc.pid:  # never another run's members (a refused second `up`)
+        # never another run's members (a refused second `up`)
+        if proc is not None and self.reload().get("upPid") == proc.pid:
             self.stop_members()
-        return proc.returncode
-
-    def kill(self) -> int | None:
-        """SIGKILL ``cluster up`` alone (a crash: its members are left running, orphaned); returns its status.
-        :meth:`stop` still stops those members by PID."""
-        proc = self._proc
-        if proc is None:
-            return None
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        return proc.returncode
+        return code
 
     def stop_members(self, timeout_s: float = 10.0) -> None:
         """Stop by PID every member of :attr:`state` still alive (SIGTERM, ``timeout_s``, SIGKILL).
@@ -255,31 +168,19 @@ class ClusterProcess:
         if left:
             raise ClusterProcessError(f"members still alive after SIGKILL: {left}")
 
-    def __enter__(self) -> ClusterProcess:
-        return self if self.running else self.start()
+    # -- SubprocessHarness hooks -----------------------------------------------------------------------------
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def _log_stem(self) -> Path:
+        return self.data_dir.with_name(f"{self.data_dir.name}.up")
+
+    def _on_ready(self, match: re.Match[str]) -> None:
+        self.reload()
+
+    def _on_early_exit(self) -> None:
+        self.reload()
+
+    def _abandon(self) -> None:
         self.stop()
 
-    def __repr__(self) -> str:
-        state = f"pid {self.pid}" if self.running else f"exited {self.returncode}"
-        return f"<ClusterProcess data_dir={str(self.data_dir)!r} {state} members={self.member_pids()}>"
-
-    # -- helpers ---------------------------------------------------------------------------------------------
-
-    @staticmethod
-    def _read(path: Path | None) -> str:
-        if path is None:
-            return ""
-        try:
-            return path.read_text(encoding="utf-8", errors="replace")
-        except FileNotFoundError:
-            return ""
-
-    def _tail(self, lines: int = 40) -> str:
-        tail = "\n".join(self.stderr_text().splitlines()[-lines:])
-        return (
-            f"; stderr ({self.stderr_path}):\n{tail}" if tail else f"; stderr ({self.stderr_path}) is empty"
-        )
+    def _repr_fields(self, state: str) -> list[str]:
+        return [f"data_dir={str(self.data_dir)!r}", state, f"members={self.member_pids()}"]
