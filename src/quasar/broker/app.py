@@ -33,6 +33,7 @@ from quasar.ledger.config import ManagedLedgerConfig
 from quasar.ledger.factory import ManagedLedgerFactory
 from quasar.metadata import MetadataStore
 from quasar.metadata.sqlite import SqliteMetadataStore
+from quasar.metadata.stores import open_metadata_store
 from quasar.storage.message_store import FlushDiskType, MessageStore, StoreConfig
 
 log = logging.getLogger(__name__)
@@ -209,8 +210,6 @@ class BrokerApp:
         await migrate_legacy_metadata(self.metadata)
         admin_metadata: MetadataStore = self.metadata
         if config.metadata_store_url and config.metadata_store_url != "sqlite":
-            from quasar.metadata.stores import open_metadata_store
-
             self.cluster_metadata = await open_metadata_store(
                 config.metadata_store_url, default_sqlite_path=data_dir / "metadata.db"
             )
