@@ -291,6 +291,12 @@ def test_our_client_produces_and_consumes_through_the_name_servers(cluster: Loca
             received.append(message.data())
             consumer.acknowledge(message)
         assert sorted(received) == sorted(sent)
+        # a topic no group serves yet is created through a broker, as through pulsar://
+        fresh = f"persistent://public/default/fresh-{uuid.uuid4().hex[:8]}"
+        producer = client.create_producer(fresh)
+        producer.send(b"new topic")
+        reader = client.create_reader(fresh, qc.EARLIEST)
+        assert reader.read_next(10_000).data() == b"new topic"
     finally:
         client.close()
 

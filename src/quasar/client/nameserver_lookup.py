@@ -17,12 +17,13 @@ broker's LOOKUP:
   again, so a failed broker is not asked twice from a stale route.
 * GET_TOPICS_OF_NAMESPACE: asked over the binary protocol of any group's live master (from
   GET_BROKER_CLUSTER_INFO).
-* No route, no live master, no group holding the partition, or no name server answering: retried with backoff
+* A topic no name server has a route for (a new topic): PARTITIONED_METADATA and LOOKUP are asked of a live
+  master over the binary protocol (GET_BROKER_CLUSTER_INFO), which places the topic as any Pulsar LOOKUP does,
+  so producers and consumers can create topics through ``nameserver://`` as through ``pulsar://``.
+* No live master, no group holding the partition, or no name server answering: retried with backoff
   (``initial_backoff_interval_ms`` doubling to ``max_backoff_interval_ms``) until ``operation_timeout_seconds``,
   then :class:`~quasar.client.errors.LookupError_` with the last reason. An unknown listener name fails at once.
 
-Topics must exist (be placed on a group and registered) to have a route: a topic name no group registered is
-not auto-created through ``nameserver://``.
 """
 
 from __future__ import annotations
@@ -55,6 +56,10 @@ _MASTER_ID = "0"
 
 class _NoRoute(Exception):
     """A retriable lookup failure (no route yet, no live master, ...); its text is the reason."""
+
+
+class _UnknownTopic(_NoRoute):
+    """No name server has a route for the topic: no broker group serves it (yet)."""
 
 
 def is_nameserver_url(url: object) -> bool:
@@ -171,7 +176,10 @@ class NameServerLookupService(LookupService):
         base = name.partitioned_topic_name
 
         async def once() -> int:
-            route = self._routes.get(base) or await self._fetch(base)
+            try:
+                route = self._routes.get(base) or await self._fetch(base)
+            except _UnknownTopic:  # a new topic: a broker answers (and creates it on first use)
+                return await (await self._broker_lookup()).get_partitioned_metadata(topic)
             return route.partition_count
 
         return await self._retry(f"partitioned metadata of {topic}", once)
@@ -189,7 +197,10 @@ class NameServerLookupService(LookupService):
         async def once() -> tuple[str, int]:
             route = self._routes.get(base)
             if route is None or name.full_name in route.served:
-                route = await self._fetch(base)
+                try:
+                    route = await self._fetch(base)
+                except _UnknownTopic:  # a new topic: any broker places it (Pulsar LOOKUP, redirects followed)
+                    return await (await self._broker_lookup()).lookup(topic)
             route.served.add(name.full_name)
             if route.partition_count > 0 and name.partition_index < 0:
                 raise LookupError_(
@@ -259,7 +270,7 @@ class NameServerLookupService(LookupService):
         else:
             route = await asyncio.shield(pending)
         if route is None:
-            raise _NoRoute(f"the name servers have no route for {base}")
+            raise _UnknownTopic(f"the name servers have no route for {base}")
         self._ensure_refresher()
         return route
 
@@ -305,6 +316,11 @@ class NameServerLookupService(LookupService):
             return parse_service_url(random.choice(candidates))
         except ValueError as exc:
             raise _NoRoute(str(exc)) from None
+
+    async def _broker_lookup(self) -> LookupService:
+        """A binary-protocol lookup service on a live master, for topics no group registered yet (RocketMQ's
+        producers create such topics through a broker too, with ``autoCreateTopicEnable``)."""
+        return LookupService(self.pool, await self._any_master())
 
     def _ensure_refresher(self) -> None:
         if self._refresher is None and not self._closed:
