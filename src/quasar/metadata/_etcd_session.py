@@ -43,9 +43,10 @@ T = TypeVar("T")
 
 #: gRPC channel options: reconnect quickly after etcd comes back (gRPC's default backoff grows to 120 s), and
 #: find a dead connection under a long-lived watch by HTTP/2 pings (etcd refuses pings more often than 5 s).
+#: (Not grpc.min_reconnect_backoff_ms: gRPC also takes it as the minimum connect timeout, 20 s by default; set
+#: low, a connection attempt on a loaded machine fails before etcd's SETTINGS frame arrives.)
 CHANNEL_OPTIONS: dict[str, int] = {
     "grpc.initial_reconnect_backoff_ms": 100,
-    "grpc.min_reconnect_backoff_ms": 100,
     "grpc.max_reconnect_backoff_ms": 1000,
     "grpc.keepalive_time_ms": 10_000,
     "grpc.keepalive_timeout_ms": 5_000,
@@ -86,14 +87,20 @@ async def finish_call(call: Any) -> None:
 
 async def keep_alive_once(client: Any, lease_id: int) -> int:
     """Send one keep-alive for ``lease_id`` on a stream of its own and return the TTL etcd answers (0: the
-    lease is gone). The stream is finished before returning (aetcd's ``refresh_lease`` leaves it open)."""
+    lease is gone). The stream is read to its end (etcd ends it after our half-close) before returning, so
+    nothing of it is left for the event loop (aetcd's ``refresh_lease`` leaves it open)."""
     await client.connect()
     call = client.leasestub.LeaseKeepAlive(metadata=client.metadata)
     try:
         await call.write(rpc.LeaseKeepAliveRequest(ID=lease_id))
         await call.done_writing()
         reply = await call.read()
-        return 0 if reply is grpc.aio.EOF else int(reply.TTL)
+        ttl = 0 if reply is grpc.aio.EOF else int(reply.TTL)
+        for _ in range(16):  # etcd answers one reply per request: EOF comes next
+            if await call.read() is grpc.aio.EOF:
+                break
+        await call.code()
+        return ttl
     finally:
         await finish_call(call)
 
@@ -240,6 +247,7 @@ class LeaseSession:
         self._failing = False
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
 
     async def start(self) -> None:
         """Grant the lease and start the keep-alive task."""
@@ -275,6 +283,8 @@ class LeaseSession:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self._interval_s)
             self._wake.clear()
+            if self._stopping:
+                return
             try:
                 if self.lost:
                     await self._reestablish()
@@ -282,6 +292,9 @@ class LeaseSession:
                     await self._refresh()
             except MetadataStoreClosedError:
                 return
+            except MetadataStoreUnavailableError as exc:  # counted by _refresh; retried at the next tick
+                self._failing = True
+                log.debug("etcd session keep-alive: %s", exc)
             except MetadataStoreError as exc:  # etcd answered with an error: try again at the next tick
                 self._failing = True
                 log.warning("etcd session keep-alive: %s", exc)
@@ -335,9 +348,15 @@ class LeaseSession:
         """Stop the keep-alive task and revoke the lease (so the session's ephemeral keys vanish at once); when
         etcd cannot be reached the lease expires after its TTL instead."""
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.wait({task})
+        if (
+            task is not None
+        ):  # let a keep-alive in flight finish (a cancelled gRPC stream leaves events behind)
+            self._stopping = True
+            self._wake.set()
+            await asyncio.wait({task}, timeout=self._conn.timeout_s)
+            if not task.done():
+                task.cancel()
+                await asyncio.wait({task})
         lease_id, self.lease_id = self.lease_id, None
         if lease_id is None or self._conn.closed:
             return

@@ -3,8 +3,10 @@ prefix, kept up by an owned task.
 
 The stream is driven directly on aetcd's channel (``WatchStub``), not through aetcd's ``Watcher``: that one
 leaves its gRPC stream to be finished after the client is closed, and gRPC's asyncio poller then drops the
-completions queued behind one whose event loop is gone, which can hang a later loop. Here the stream is
-cancelled and its final status awaited before the task ends.
+completions queued behind one whose event loop is gone, which can hang a later loop. Here :meth:`PrefixWatch.close`
+asks etcd to cancel the watch and lets the task read etcd's answer, so no read is pending when the stream is
+cancelled; the task then waits for its final status. Only when etcd does not answer (it is down or frozen) is the
+task cancelled in the middle of a read.
 
 The watch starts at the revision after the one the store was opened at and, when the stream breaks (etcd
 restarted, the connection dropped, a keep-alive ping went unanswered), is created again from the revision after
@@ -52,6 +54,9 @@ class PrefixWatch:
         self.revision = after  # the last revision delivered (or known to hold nothing for us)
         self._deliver = deliver
         self._task: asyncio.Task[None] | None = None
+        self._call: Any = None  # the stream in use, once its watch is created
+        self._watch_id: int | None = None
+        self._stopping = False
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(
@@ -59,15 +64,26 @@ class PrefixWatch:
         )
 
     async def close(self) -> None:
-        """Stop the task; the stream is finished when this returns."""
+        """Stop the task (see the module docstring); the stream is finished when this returns."""
         task, self._task = self._task, None
-        if task is not None:
+        if task is None:
+            return
+        self._stopping = True
+        call, watch_id = self._call, self._watch_id
+        if call is not None and watch_id is not None and not call.done():
+            cancel = rpc.WatchRequest(cancel_request=rpc.WatchCancelRequest(watch_id=watch_id))
+            try:
+                await asyncio.wait_for(call.write(cancel), self._conn.timeout_s)
+                await asyncio.wait({task}, timeout=self._conn.timeout_s)
+            except FAILURES as exc:
+                log.debug("cancelling the etcd watch: %s", exc)
+        if not task.done():
             task.cancel()
             await asyncio.wait({task})
 
     async def _run(self) -> None:
         pause = _RETRY_S[0]
-        while not self._conn.closed:
+        while not self._stopping:
             try:
                 await self._stream()
             except _Compacted as exc:
@@ -78,7 +94,7 @@ class PrefixWatch:
                 self.revision = max(self.revision, exc.revision - 1)
                 continue
             except FAILURES as exc:
-                if self._conn.closed:
+                if self._stopping:
                     return
                 kind = failure_kind(exc)
                 log.info("etcd watch on %s broke (%s: %s); resuming after revision %d", self._conn.endpoint, kind,
@@ -102,7 +118,7 @@ class PrefixWatch:
             )
             timeout = self._conn.timeout_s
             await asyncio.wait_for(call.write(rpc.WatchRequest(create_request=create)), timeout)
-            while True:
+            while not self._stopping:
                 response = await call.read()
                 if response is grpc.aio.EOF:
                     raise ConnectionError("etcd ended the watch stream")
@@ -110,9 +126,13 @@ class PrefixWatch:
                 if response.compact_revision:
                     raise _Compacted(int(response.compact_revision))
                 if response.canceled:
+                    if self._stopping:  # etcd's answer to close(): no read is pending now
+                        return
                     raise ConnectionError(
                         f"etcd cancelled the watch: {response.cancel_reason or 'no reason'}"
                     )
+                if response.created:
+                    self._call, self._watch_id = call, int(response.watch_id)
                 if response.events:
                     for event in response.events:
                         self.revision = max(self.revision, int(event.kv.mod_revision))
@@ -120,4 +140,5 @@ class PrefixWatch:
                 elif not response.created:  # a progress notification: nothing for us up to this revision
                     self.revision = max(self.revision, int(response.header.revision))
         finally:
+            self._call = self._watch_id = None
             await finish_call(call)
