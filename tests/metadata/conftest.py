@@ -55,7 +55,9 @@ class Backend:
             store = await SqliteMetadataStore.open(self.path)
         elif self.kind == "etcd":
             assert self.etcd is not None
-            store = await EtcdMetadataStore.open(self.etcd.endpoint, prefix=self.prefix, operation_timeout_s=5.0)
+            store = await EtcdMetadataStore.open(
+                self.etcd.endpoint, prefix=self.prefix, operation_timeout_s=5.0
+            )
         else:
             store = MemoryMetadataStore(self.data)
         self.opened.append(store)

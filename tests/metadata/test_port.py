@@ -1,4 +1,4 @@
-"""The MetadataStore port's contract, on every backend (memory and sqlite)."""
+"""The MetadataStore port's contract, on every backend (memory, sqlite and etcd: see conftest.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The async MetadataStore port, shaped like Pulsar's ``MetadataStore`` / ``MetadataStoreExtended``
-(reference/cluster.md §5), so ``memory``, ``sqlite`` and (for the cluster issue) ``etcd`` backends are
+(reference/cluster.md §5), so the ``memory``, ``sqlite`` and ``etcd`` backends are
 interchangeable and nothing above this port knows which one runs.
 
 Paths are absolute, ``/``-separated, with non-empty segments (``/managed-ledgers/<encoded name>``); callers
@@ -13,16 +13,19 @@ writes unconditionally, ``-1`` means "must not exist" (create), ``n >= 0`` must 
 nothing. :meth:`MetadataStore.multi` applies several puts and deletes in ONE transaction: all or nothing.
 
 Ephemeral paths (``put(..., ephemeral=True)``) belong to the store's session and disappear when it ends
-(etcd: the lease expires; sqlite: the process stops, so they are gone at the next open; memory: at close).
+(etcd: the lease is revoked at close or expires; sqlite: the process stops, so they are gone at the next open;
+memory: at close).
 Listeners get a :class:`Notification` for every change made through this store (and, for a shared backend,
 by other stores), after it is durable, on the event loop: CREATED for a new path and CHILDREN_CHANGED for its
 parent, MODIFIED for a put on an existing path, DELETED and CHILDREN_CHANGED for the parent for each removed
 path (as Pulsar's etcd backend; ancestors further up that only gained or lost an intermediate level are not
 notified). A failed call notifies nothing.
 
-Backends: :mod:`quasar.metadata.memory` (tests; sessions over shared in-memory data) and
-:mod:`quasar.metadata.sqlite` (the embedded default; one writer thread, group commit). Their shared rules live
-once in :mod:`quasar.metadata._engine`.
+Backends: :mod:`quasar.metadata.memory` (tests; sessions over shared in-memory data),
+:mod:`quasar.metadata.sqlite` (the embedded default; one writer thread, group commit) and
+:mod:`quasar.metadata.etcd` (clusters; one lease per session, notifications from a watch, so changes by other
+processes are notified too). Their shared rules live once in :mod:`quasar.metadata._engine`;
+:func:`quasar.metadata.stores.open_metadata_store` opens one from a URL.
 """
 
 from __future__ import annotations
