@@ -51,6 +51,8 @@ CHANNEL_OPTIONS: dict[str, int] = {
     "grpc.keepalive_time_ms": 10_000,
     "grpc.keepalive_timeout_ms": 5_000,
     "grpc.http2.max_pings_without_data": 0,
+    # a keys-only listing of a large tree may pass gRPC's default 4 MiB
+    "grpc.max_receive_message_length": 256 * 1024 * 1024,
 }
 
 #: What an aetcd or gRPC call may raise besides CancelledError (aetcd wraps most gRPC errors in ClientError

@@ -16,6 +16,7 @@ Production code never imports this module (``quasar.testing`` is for tests, demo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -67,6 +68,31 @@ def _free_ports(host: str, count: int) -> list[int]:
             sock.close()
 
 
+class _PortTaken(EtcdProcessError):
+    """etcd exited because a port it was to listen on was taken."""
+
+
+def _listens_on(pid: int, port: int) -> bool | None:
+    """Whether process ``pid`` has a listening TCP socket on ``port`` (Linux ``/proc``; None when unknown)."""
+    try:
+        inodes = set()
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes.add(target[len("socket:[") : -1])
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+            with contextlib.suppress(FileNotFoundError):
+                for line in Path(table).read_text().splitlines()[1:]:
+                    fields = line.split()
+                    listening = fields[3] == "0A"
+                    if listening and int(fields[1].rsplit(":", 1)[1], 16) == port and fields[9] in inodes:
+                        return True
+    except (OSError, IndexError, ValueError):
+        return None
+    return False
+
+
 class EtcdProcess:
     """One single-member etcd subprocess over ``data_dir`` (created if missing, kept across restarts).
 
@@ -97,6 +123,8 @@ class EtcdProcess:
             raise ValueError(f"startup_timeout_s is positive, got {startup_timeout_s!r}")
         self.data_dir = Path(data_dir)
         self.host = host
+        self._choose = (not client_port, not peer_port)  # ports chosen here may be chosen again (start)
+        self._started = False
         free = iter(_free_ports(host, 2))
         self.client_port = client_port or next(free)
         self.peer_port = peer_port or next(free)
@@ -137,7 +165,10 @@ class EtcdProcess:
         return self.log_dir / f"etcd-{self._starts}.log"
 
     def start(self) -> EtcdProcess:
-        """Start etcd and wait until it is healthy; returns ``self``. Raises :class:`EtcdProcessError`."""
+        """Start etcd and wait until it is healthy; returns ``self``. Raises :class:`EtcdProcessError`.
+
+        The first start on ports chosen here tries other free ports (3 tries) when a port was taken between
+        choosing and binding it (another process on the machine won the race)."""
         if self.running:
             raise EtcdProcessError(f"{self!r} is already running")
         binary = etcd_binary()
@@ -145,6 +176,22 @@ class EtcdProcess:
             raise EtcdProcessError("no etcd binary (install Debian's etcd-server: scripts/ensure_etcd.sh)")
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        tries = 3 if any(self._choose) and not self._started else 1
+        for attempt in range(1, tries + 1):
+            try:
+                self._launch(binary)
+            except _PortTaken as exc:
+                if attempt == tries:
+                    raise EtcdProcessError(str(exc)) from None
+                client_port, peer_port = _free_ports(self.host, 2)
+                self.client_port = client_port if self._choose[0] else self.client_port
+                self.peer_port = peer_port if self._choose[1] else self.peer_port
+                continue
+            self._started = True
+            return self
+        raise AssertionError("unreachable")
+
+    def _launch(self, binary: str) -> None:
         self._starts += 1
         client = f"http://{self.host}:{self.client_port}"
         peer = f"http://{self.host}:{self.peer_port}"
@@ -163,24 +210,30 @@ class EtcdProcess:
         except BaseException:
             self.kill()
             raise
-        return self
 
     def _wait_healthy(self) -> None:
+        """Until ``/health`` says true AND the answer comes from our process (another etcd on the machine may
+        hold the port we chose: then ours exits with "address already in use")."""
         deadline = time.monotonic() + self.startup_timeout_s
         url = f"http://{self.endpoint}/health"
         last = "no answer yet"
         while time.monotonic() < deadline:
             assert self._proc is not None
             if self._proc.poll() is not None:
-                raise EtcdProcessError(
-                    f"etcd exited with {self._proc.returncode} while starting; log: {self.log_path}\n{self._tail()}"
+                tail = self._tail()
+                message = (
+                    f"etcd exited with {self._proc.returncode} while starting; log: {self.log_path}\n{tail}"
                 )
+                raise (_PortTaken if "address already in use" in tail else EtcdProcessError)(message)
             try:
                 with urllib.request.urlopen(url, timeout=1.0) as answer:
                     body = json.loads(answer.read() or b"{}")
-                if body.get("health") in ("true", True):
+                if body.get("health") not in ("true", True):
+                    last = f"health answer {body!r}"
+                elif _listens_on(self._proc.pid, self.client_port) is False:
+                    last = f"another process answers on port {self.client_port}"
+                else:
                     return
-                last = f"health answer {body!r}"
             except (OSError, ValueError) as exc:  # refused, reset, timed out, not JSON yet
                 last = str(exc)
             time.sleep(0.05)
@@ -198,13 +251,27 @@ class EtcdProcess:
         if self._proc is not None and self._proc.poll() is None:
             os.kill(self._proc.pid, signum)
 
-    def pause(self) -> None:
+    def pause(self, timeout_s: float = 5.0) -> None:
         """SIGSTOP: etcd keeps its sockets open but answers nothing (and its own timers stop) until
-        :meth:`resume`."""
+        :meth:`resume`. Returns once every thread of etcd is stopped (Linux ``/proc``; a thread that was running
+        could otherwise still answer a request sent right after the signal), or after ``timeout_s``."""
         if not self.running:
             raise EtcdProcessError(f"{self!r} is not running")
         self._signal(signal.SIGSTOP)
         self._paused = True
+        deadline = time.monotonic() + timeout_s
+        while not self._all_threads_stopped() and time.monotonic() < deadline:
+            time.sleep(0.005)
+
+    def _all_threads_stopped(self) -> bool:
+        """Whether /proc shows every thread of etcd stopped (True where there is no /proc to ask)."""
+        assert self._proc is not None
+        tasks = Path(f"/proc/{self._proc.pid}/task")
+        try:
+            states = [(task / "stat").read_text().rsplit(")", 1)[1].split()[0] for task in tasks.iterdir()]
+        except (OSError, IndexError):
+            return not tasks.exists()
+        return all(state in ("T", "t") for state in states)
 
     def resume(self) -> None:
         """SIGCONT after :meth:`pause`."""
