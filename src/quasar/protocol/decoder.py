@@ -27,7 +27,6 @@ ChecksumError and keeps the connection (Java ``Producer.verifyChecksum``), a cli
 
 from __future__ import annotations
 
-import enum
 import struct
 from dataclasses import dataclass
 from typing import Final, Literal
@@ -38,13 +37,13 @@ from quasar.native import load_twin
 
 from ._layout import split_headers
 from ._pb import FIELD_FOR_TYPE, HAS_STRINGS, find_invalid_utf8, message_type_of, missing_required_fields
+from ._stream import NEED_DATA, NeedData, StreamBuffer
 from .checksum import crc32c
 from .enums import CommandType
 from .errors import (
     FrameTooLargeError,
     LocalProtocolError,
     MalformedFrameError,
-    ProtocolError,
     RemoteProtocolError,
 )
 from .frame import DEFAULT_MAX_MESSAGE_SIZE, MESSAGE_SIZE_FRAME_PADDING
@@ -61,18 +60,6 @@ _HAS_STRING_FIELDS: Final = {
     t: HAS_STRINGS[message_type_of(BaseCommand.DESCRIPTOR.fields_by_name[f]).full_name]
     for t, f in FIELD_FOR_TYPE.items()
 }
-#: Drop the consumed prefix of the buffer once it is at least this large (and at least half the buffer).
-_COMPACT_THRESHOLD = 64 * 1024
-
-
-class NeedData(enum.Enum):
-    """Type of the :data:`NEED_DATA` sentinel."""
-
-    NEED_DATA = "NEED_DATA"
-
-
-#: Returned by :meth:`FrameDecoder.next_frame` when no complete frame is buffered.
-NEED_DATA: Final = NeedData.NEED_DATA
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +147,7 @@ class SendFrame(Frame):
 _FRAME_COMMAND: Final = Frame.__dict__["command"]  # Frame's slot for ``command``, under SendFrame's property
 
 
-class FrameDecoder:
+class FrameDecoder(StreamBuffer):
     """Turns a byte stream into :class:`Frame` objects. No sockets, no asyncio.
 
     Args:
@@ -171,13 +158,10 @@ class FrameDecoder:
         LocalProtocolError: ``max_frame_size`` is below 8.
     """
 
-    __slots__ = ("_buffer", "_eof", "_error", "_max_frame_size", "_offset")
+    __slots__ = ("_max_frame_size",)
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_MESSAGE_SIZE + MESSAGE_SIZE_FRAME_PADDING) -> None:
-        self._buffer = bytearray()
-        self._offset = 0
-        self._eof = False
-        self._error: ProtocolError | None = None
+        super().__init__()
         self.max_frame_size = max_frame_size
 
     @property
@@ -191,32 +175,6 @@ class FrameDecoder:
         if value < 8:
             raise LocalProtocolError(f"max_frame_size must be at least 8 bytes, got {value}")
         self._max_frame_size = value
-
-    @property
-    def buffered_size(self) -> int:
-        """Bytes received but not yet returned as part of a frame."""
-        return len(self._buffer) - self._offset
-
-    @property
-    def errored(self) -> bool:
-        """True once a protocol error was raised; the decoder then refuses further work."""
-        return self._error is not None
-
-    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
-        """Append bytes received from the peer. ``b""`` marks the end of the stream.
-
-        Raises:
-            ProtocolError: the decoder is in the error state (the earlier error is raised again).
-            LocalProtocolError: data after the end of the stream was signalled.
-        """
-        if self._error is not None:
-            raise self._error.with_traceback(None)
-        if not data:
-            self._eof = True
-            return
-        if self._eof:
-            raise LocalProtocolError("receive_data() called with data after end of stream")
-        self._buffer += data
 
     def next_frame(self) -> Frame | SendFrame | Literal[NeedData.NEED_DATA]:
         """Return the next complete frame, or :data:`NEED_DATA` if none is buffered yet.
@@ -298,17 +256,6 @@ class FrameDecoder:
             )
         return Frame(command_type, command)
 
-    def _consumed(self, frame_end: int) -> None:
-        """Move the read offset past a returned frame; drop the consumed prefix when it is worth it."""
-        buffer = self._buffer
-        self._offset = frame_end
-        if frame_end == len(buffer):
-            del buffer[:]
-            self._offset = 0
-        elif frame_end >= _COMPACT_THRESHOLD and frame_end * 2 >= len(buffer):
-            del buffer[:frame_end]
-            self._offset = 0
-
     @staticmethod
     def _check_command(command: BaseCommand) -> CommandType:
         if not command.HasField("type"):
@@ -326,8 +273,3 @@ class FrameDecoder:
             if bad is not None:
                 raise MalformedFrameError(f"{command_type.name} field '{bad}' is not valid UTF-8")
         return command_type
-
-    def _need_data(self, available: int) -> Literal[NeedData.NEED_DATA]:
-        if self._eof and available:
-            raise MalformedFrameError(f"stream ended in the middle of a frame ({available} bytes buffered)")
-        return NEED_DATA

@@ -47,7 +47,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from .decoder import NEED_DATA, NeedData
+from ._stream import NeedData, StreamBuffer
 from .errors import FrameTooLargeError, LocalProtocolError, MalformedFrameError, ProtocolError
 
 __all__ = [
@@ -81,7 +81,6 @@ _HEADER_LENGTH_MAX = 0xFFFFFF
 _INT32_MIN = -(2**31)
 _INT32_MAX = 2**31 - 1
 _LANGUAGE = "PYTHON"
-_COMPACT_THRESHOLD = 64 * 1024
 
 
 class RequestCode(enum.IntEnum):
@@ -305,7 +304,7 @@ def _command_from_header(header: Mapping[str, Any], body: bytes) -> RemotingComm
     )
 
 
-class RemotingDecoder:
+class RemotingDecoder(StreamBuffer):
     """Turns a byte stream into :class:`RemotingCommand` objects. No sockets, no asyncio.
 
     Args:
@@ -316,44 +315,15 @@ class RemotingDecoder:
         LocalProtocolError: ``max_frame_size`` is below 4.
     """
 
-    __slots__ = ("_buffer", "_eof", "_error", "_offset", "max_frame_size")
+    __slots__ = ("max_frame_size",)
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_REMOTING_FRAME_SIZE) -> None:
         if isinstance(max_frame_size, bool) or not isinstance(max_frame_size, int) or max_frame_size < 4:
             raise LocalProtocolError(
                 f"max_frame_size must be an int of at least 4 bytes, got {max_frame_size!r}"
             )
+        super().__init__()
         self.max_frame_size = max_frame_size
-        self._buffer = bytearray()
-        self._offset = 0
-        self._eof = False
-        self._error: ProtocolError | None = None
-
-    @property
-    def buffered_size(self) -> int:
-        """Bytes received but not yet returned as part of a command."""
-        return len(self._buffer) - self._offset
-
-    @property
-    def errored(self) -> bool:
-        """True once a protocol error was raised; the decoder then refuses further work."""
-        return self._error is not None
-
-    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
-        """Append bytes received from the peer; ``b""`` marks the end of the stream.
-
-        Raises:
-            ProtocolError: the decoder is in the error state (the earlier error again).
-            LocalProtocolError: data after the end of the stream.
-        """
-        if self._error is not None:
-            raise self._error.with_traceback(None)
-        if not data:
-            self._eof = True
-            return
-        if self._eof:
-            raise LocalProtocolError("receive_data() called with data after end of stream")
-        self._buffer += data
 
     def next_command(self) -> RemotingCommand | Literal[NeedData.NEED_DATA]:
         """Return the next complete command, or :data:`~quasar.protocol.NEED_DATA` if none is buffered.
@@ -399,18 +369,3 @@ class RemotingDecoder:
         body = bytes(buffer[header_end:frame_end])
         self._consumed(frame_end)
         return _command_from_header(header, body)
-
-    def _consumed(self, frame_end: int) -> None:
-        buffer = self._buffer
-        self._offset = frame_end
-        if frame_end == len(buffer):
-            del buffer[:]
-            self._offset = 0
-        elif frame_end >= _COMPACT_THRESHOLD and frame_end * 2 >= len(buffer):
-            del buffer[:frame_end]
-            self._offset = 0
-
-    def _need_data(self, available: int) -> Literal[NeedData.NEED_DATA]:
-        if self._eof and available:
-            raise MalformedFrameError(f"stream ended in the middle of a frame ({available} bytes buffered)")
-        return NEED_DATA
