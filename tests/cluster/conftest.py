@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from quasar.testing.cluster_process import ClusterProcess
+from quasar.testing.subprocess_harness import stderr_sections
 
 ClusterFactory = Callable[..., ClusterProcess]
 
@@ -53,9 +54,9 @@ def cluster_factory(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     report = yield
     if report.failed:
-        for process in item.stash.get(_CLUSTERS, []):
-            tail = "\n".join(process.stderr_text().splitlines()[-40:])
-            report.sections.append((f"cluster up stderr ({process.stderr_path})", tail or "(empty)"))
+        clusters = item.stash.get(_CLUSTERS, [])
+        report.sections += stderr_sections(clusters, "cluster up")
+        for process in clusters:
             logs = process.data_dir / "logs"
             for log in sorted(logs.glob("*.log")) if logs.is_dir() else []:
                 lines = log.read_text(errors="replace").splitlines()[-15:]

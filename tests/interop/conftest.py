@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from quasar.testing.broker_process import BrokerProcess
+from quasar.testing.subprocess_harness import stderr_sections
 
 BrokerFactory = Callable[..., BrokerProcess]
 
@@ -52,7 +53,5 @@ def broker(broker_factory: BrokerFactory) -> BrokerProcess:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     report = yield
     if report.failed:
-        for process in item.stash.get(_BROKERS, []):
-            tail = "\n".join(process.stderr_text().splitlines()[-40:])
-            report.sections.append((f"broker stderr ({process.stderr_path})", tail or "(empty)"))
+        report.sections += stderr_sections(item.stash.get(_BROKERS, []), "broker")
     return report

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from quasar.testing.nameserver_process import NameServerProcess
+from quasar.testing.subprocess_harness import stderr_sections
 
 NameServerFactory = Callable[..., NameServerProcess]
 
@@ -52,7 +53,5 @@ def nameserver_factory(tmp_path: Path, request: pytest.FixtureRequest) -> Iterat
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     report = yield
     if report.failed:
-        for process in item.stash.get(_NAMESERVERS, []):
-            tail = "\n".join(process.stderr_text().splitlines()[-40:])
-            report.sections.append((f"name server stderr ({process.stderr_path})", tail or "(empty)"))
+        report.sections += stderr_sections(item.stash.get(_NAMESERVERS, []), "name server")
     return report

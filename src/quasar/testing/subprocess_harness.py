@@ -19,7 +19,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import ClassVar, Self
@@ -27,7 +27,7 @@ from typing import ClassVar, Self
 from quasar.cli.cluster_supervisor import wait_exit
 from quasar.errors import QuasarError
 
-__all__ = ["QUASAR_COMMAND", "SubprocessHarness"]
+__all__ = ["QUASAR_COMMAND", "SubprocessHarness", "stderr_sections"]
 
 #: Runs the ``quasar`` click group in a fresh interpreter (with or without an installed console script).
 QUASAR_COMMAND = ("-c", "import sys; from quasar.cli.main import main; sys.exit(main(prog_name='quasar'))")
@@ -260,3 +260,15 @@ class SubprocessHarness:
         return (
             f"; stderr ({self.stderr_path}):\n{tail}" if tail else f"; stderr ({self.stderr_path}) is empty"
         )
+
+
+def stderr_sections(
+    processes: Sequence[SubprocessHarness], label: str, lines: int = 40
+) -> list[tuple[str, str]]:
+    """Report sections (title, text) with the last ``lines`` lines of each process's stderr, for a pytest
+    ``pytest_runtest_makereport`` hook to append to a failed test's report."""
+    return [
+        (f"{label} stderr ({process.stderr_path})",
+         "\n".join(process.stderr_text().splitlines()[-lines:]) or "(empty)")
+        for process in processes
+    ]  # fmt: skip
