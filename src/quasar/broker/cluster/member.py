@@ -75,6 +75,7 @@ class ClusterMember:
 
     @property
     def me(self) -> BrokerInfo:
+        """This broker's registration as last written (with its latest load report)."""
         return self.membership.me
 
     async def start(self) -> None:

@@ -59,6 +59,7 @@ class ClusterOwnership:
 
     @property
     def me(self) -> BrokerInfo:
+        """This broker's registration as last written (with its latest load report)."""
         return self.membership.me
 
     # ------------------------------------------------------------------ lookup

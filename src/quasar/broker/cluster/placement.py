@@ -89,6 +89,7 @@ class PlacementTable:
         self._follower.start()
 
     async def stop(self) -> None:
+        """Stop following (the broker is leaving the cluster); the table in memory stays readable."""
         await self._follower.stop()
 
     def resync(self) -> None:
