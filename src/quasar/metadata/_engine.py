@@ -108,7 +108,9 @@ def check_put(op: Put) -> Put:
     if not isinstance(value, bytes):
         raise InvalidArgumentError(f"a metadata value is bytes, got {type(value).__name__} for {path!r}")
     _check_version(op.expected_version)
-    return op if value is op.value else Put(path, value, op.expected_version)
+    if not isinstance(op.ephemeral, bool):
+        raise InvalidArgumentError(f"Put.ephemeral is a bool, got {op.ephemeral!r} for {path!r}")
+    return op if value is op.value else Put(path, value, op.expected_version, op.ephemeral)
 
 
 def check_delete(op: Delete) -> Delete:
@@ -197,7 +199,7 @@ def apply_multi(
     events: list[Notification] = []
     for op in ops:
         if isinstance(op, Put):
-            stat, changes = apply_put(txn, op, ephemeral=False, now=now)
+            stat, changes = apply_put(txn, op, ephemeral=op.ephemeral, now=now)
             results.append(stat)
         else:
             changes = apply_delete(txn, op, missing_ok=True)

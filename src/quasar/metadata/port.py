@@ -104,11 +104,14 @@ class SessionEvent(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Put:
-    """A put inside :meth:`MetadataStore.multi` (same rules as :meth:`MetadataStore.put`)."""
+    """A put inside :meth:`MetadataStore.multi` (same rules as :meth:`MetadataStore.put`). ``ephemeral``
+    binds the path to this store's session, as ``put(..., ephemeral=True)`` does (a leader key created in the
+    same transaction as the state it guards); it fails the whole ``multi`` while the session is lost."""
 
     path: str
     value: bytes
     expected_version: int | None = None
+    ephemeral: bool = False
 
 
 @dataclass(frozen=True, slots=True)
