@@ -93,6 +93,17 @@ class BrokerConfig:
       ``name:pulsar://h:p,name:pulsar+ssl://h:p``) with ``internal_listener_name`` (whose URL becomes this
       broker's default service URL); ``register_name_server_period_s`` (30 s, RocketMQ
       registerNameServerPeriod, used within 10..60 s); ``load_report_interval_s`` (5 s).
+    - replication (``quasar.replication``, docs/replication.md; RocketMQ's names): ``broker_role``
+      (ASYNC_MASTER | SYNC_MASTER | SLAVE; "" = no replication) is the role a broker starts in: the group's
+      first master bootstraps it, later the role follows the group's elected leader in etcd;
+      ``promoted_role`` (SYNC_MASTER) is how a SLAVE serves once elected; ``ha_port`` (10912; 0 = free) the HA
+      listener; ``ha_send_heartbeat_interval_s`` (5), ``ha_housekeeping_interval_s`` (20),
+      ``ha_transfer_batch_size`` (32 KiB), ``ha_max_gap_not_in_sync`` (256 MiB),
+      ``ha_max_time_slave_not_catchup_s`` (15), ``slave_timeout_s`` (3): RocketMQ's HA defaults;
+      ``in_sync_replicas`` (0 = 2 for SYNC_MASTER, 1 otherwise; counting the master),
+      ``min_in_sync_replicas`` (1), ``enable_auto_in_sync_replicas`` (false): CommitLog#handleHA's
+      needAckNums; ``enable_elect_unclean_master`` (false: only an in-sync slave may be elected);
+      ``state_snapshot_interval_s`` (600): how often the full ledger/cursor state is journaled again.
     """
 
     host: str = "127.0.0.1"
@@ -166,6 +177,21 @@ class BrokerConfig:
     internal_listener_name: str = ""
     register_name_server_period_s: float = 30.0
     load_report_interval_s: float = 5.0
+    # replication (quasar.replication, RocketMQ's HA settings; docs/replication.md)
+    broker_role: str = ""
+    promoted_role: str = "SYNC_MASTER"
+    ha_port: int = 10912
+    ha_send_heartbeat_interval_s: float = 5.0
+    ha_housekeeping_interval_s: float = 20.0
+    ha_transfer_batch_size: int = 32768
+    ha_max_gap_not_in_sync: int = 256 * 1024 * 1024
+    ha_max_time_slave_not_catchup_s: float = 15.0
+    slave_timeout_s: float = 3.0
+    in_sync_replicas: int = 0
+    min_in_sync_replicas: int = 1
+    enable_auto_in_sync_replicas: bool = False
+    enable_elect_unclean_master: bool = False
+    state_snapshot_interval_s: float = 600.0
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535 or not 0 <= self.admin_port <= 65535:
@@ -202,6 +228,36 @@ class BrokerConfig:
                 raise ValueError(f"nameservers: {address!r} is not host:port (list them as h:p;h:p)")
         if self.broker_id and not self.broker_name:
             raise ValueError("broker_id needs broker_name (the broker group it belongs to)")
+        self._check_replication()
+
+    def _check_replication(self) -> None:
+        if self.broker_role not in ("", "ASYNC_MASTER", "SYNC_MASTER", "SLAVE"):
+            raise ValueError(
+                f"broker_role must be ASYNC_MASTER, SYNC_MASTER or SLAVE, got {self.broker_role!r}"
+            )
+        if self.promoted_role not in ("ASYNC_MASTER", "SYNC_MASTER"):
+            raise ValueError(f"promoted_role must be ASYNC_MASTER or SYNC_MASTER, got {self.promoted_role!r}")
+        if self.broker_role and not (self.broker_name and self.metadata_store_url.startswith("etcd://")):
+            raise ValueError(
+                "broker_role (replication) needs broker_name and an etcd metadata store (the group's leader"
+                " and epoch live there)"
+            )
+        if not 0 <= self.ha_port <= 65535:
+            raise ValueError(f"ha_port must be in 0..65535, got {self.ha_port}")
+        for name in (
+            "ha_send_heartbeat_interval_s",
+            "ha_housekeeping_interval_s",
+            "ha_transfer_batch_size",
+            "ha_max_gap_not_in_sync",
+            "ha_max_time_slave_not_catchup_s",
+            "slave_timeout_s",
+            "min_in_sync_replicas",
+            "state_snapshot_interval_s",
+        ):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.in_sync_replicas < 0:
+            raise ValueError("in_sync_replicas must be >= 0 (0 = 2 for SYNC_MASTER, 1 otherwise)")
 
     def nameserver_addresses(self) -> list[str]:
         """``nameservers`` as a list of ``host:port`` (RocketMQ's ``;``-separated namesrvAddr)."""

@@ -86,17 +86,34 @@ class ClusterMembership:
 
     # ------------------------------------------------------------------ view
     def master_of(self, group: str) -> BrokerInfo | None:
-        """The live master (broker id 0) of ``group``, or None."""
-        if group == self.me.group and self.me.broker_id == 0:
-            return self.me
-        return self.brokers.get((group, 0))
+        """The live master of ``group`` (the registered master with the highest epoch: a deposed master
+        that has not noticed yet never wins over the one elected after it), or None."""
+        me = self.me
+        best: BrokerInfo | None = me if me.group == group and me.is_master else None
+        for key, info in self.brokers.items():
+            if key == (me.group, me.broker_id) or info.group != group or not info.is_master:
+                continue
+            if best is None or info.epoch > best.epoch:
+                best = info
+        return best
 
     def live_groups(self) -> list[str]:
         """Broker groups with a live master, sorted."""
-        groups = {group for (group, broker_id) in self.brokers if broker_id == 0}
-        if self.me.broker_id == 0:
+        groups = {info.group for info in self.brokers.values() if info.is_master}
+        if self.me.is_master:
             groups.add(self.me.group)
         return sorted(groups)
+
+    async def set_role(self, role: str, epoch: int, *, ha_address: str | None = None) -> None:
+        """Register again at once as ``role`` ("master" / "slave") under master epoch ``epoch`` (replication:
+        a promotion or a step-down). Raises the port's MetadataStoreError (the periodic report retries)."""
+        self.me = replace(
+            self.me,
+            role=role,
+            epoch=epoch,
+            ha_address=self.me.ha_address if ha_address is None else ha_address,
+        )
+        await self._register()
 
     def all_brokers(self) -> list[BrokerInfo]:
         """Every live broker, sorted by (group, id)."""

@@ -7,7 +7,9 @@ Metadata paths (one store per cluster; every name is one percent-encoded segment
     /cluster/placement/<domain>/<tenant>/<ns>/<topic>     {"group": G, "placedAtMs": t}: the broker group
                                                            whose commit log holds the topic (partition)
 
-A broker group is RocketMQ's broker name: one master (broker id 0) and its slaves, one commit log.
+A broker group is RocketMQ's broker name: one master and its slaves, one commit log. Without replication the
+master is broker id 0; with replication (``quasar.replication``) it is whichever broker the group elected, and
+each registration carries its role and the master epoch it serves under.
 """
 
 from __future__ import annotations
@@ -86,11 +88,23 @@ class BrokerInfo:
     start_time_ms: int = 0
     partitions: int = 0
     msg_rate_in: float = 0.0
+    role: str = ""
+    """``"master"`` or ``"slave"`` (RocketMQ's roles); "" = by broker id (0 is the master), the fixed roles
+    of a group without replication. With replication the role follows the group's elected leader."""
+    epoch: int = 0
+    """The group's master epoch this broker serves under (replication; 0 without)."""
+    ha_address: str = ""
+    """``host:port`` of this broker's HA listener (a master's slaves connect there); "" without replication."""
+
+    def __post_init__(self) -> None:
+        if not self.role:
+            object.__setattr__(self, "role", "master" if self.broker_id == 0 else "slave")
+        if self.role not in ("master", "slave"):
+            raise ValueError(f"broker role {self.role!r} is not master or slave")
 
     @property
-    def role(self) -> str:
-        """``"master"`` for broker id 0, else ``"slave"`` (RocketMQ's roles)."""
-        return "master" if self.broker_id == 0 else "slave"
+    def is_master(self) -> bool:
+        return self.role == "master"
 
     @property
     def web_address(self) -> str:
@@ -121,6 +135,8 @@ class BrokerInfo:
             "startTimeMs": self.start_time_ms,
             "partitions": self.partitions,
             "msgRateIn": self.msg_rate_in,
+            "epoch": self.epoch,
+            "haAddress": self.ha_address,
         }
 
     @classmethod
@@ -139,6 +155,9 @@ class BrokerInfo:
             start_time_ms=int(value.get("startTimeMs", 0)),
             partitions=int(value.get("partitions", 0)),
             msg_rate_in=float(value.get("msgRateIn", 0.0)),
+            role=str(value.get("role", "")),
+            epoch=int(value.get("epoch", 0)),
+            ha_address=str(value.get("haAddress", "")),
         )
 
 

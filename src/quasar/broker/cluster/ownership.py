@@ -86,7 +86,7 @@ class ClusterOwnership:
 
     def _pick_group(self) -> str:
         groups = self.membership.live_groups()
-        rates = {b.group: b.msg_rate_in for b in self.membership.all_brokers() if b.broker_id == 0}
+        rates = {b.group: b.msg_rate_in for b in self.membership.all_brokers() if b.is_master}
         return choose_groups(1, groups, self.placement.counts(), rates)[0]
 
     @staticmethod
@@ -106,8 +106,10 @@ class ClusterOwnership:
                 f"Topic {topic.full_name} is served by broker group {group}, not by this broker"
                 f" ({self.me.group}); look it up again"
             )
-        if self.me.broker_id != 0:
-            raise ServiceNotReadyError(f"this broker is a slave of group {self.me.group}; it serves no topic")
+        if not self.me.is_master:
+            raise ServiceNotReadyError(
+                f"this broker is a slave of group {self.me.group}; topics are served by its master: look it up again"
+            )
 
     def owner_web_url(self, topic: TopicName) -> str | None:
         """The admin URL of the broker serving ``topic`` when that is another broker (admin requests are
@@ -124,7 +126,7 @@ class ClusterOwnership:
         """Place the ``partitions`` partitions of a new partitioned topic over the live groups, least loaded
         first (one transaction). Raises the port's MetadataStoreError."""
         groups = self.membership.live_groups() or [self.me.group]
-        rates = {b.group: b.msg_rate_in for b in self.membership.all_brokers() if b.broker_id == 0}
+        rates = {b.group: b.msg_rate_in for b in self.membership.all_brokers() if b.is_master}
         picks = choose_groups(partitions, groups, self.placement.counts(), rates)
         await self.placement.place_all([topic.partition(i) for i in range(partitions)], picks)
 
