@@ -8,13 +8,21 @@
    ``quasar nameserver ready: HOST:PORT http://HOST:HTTP_PORT``;
 3. ``--brokers`` brokers (``quasar broker``), each the master (id 0) of its own broker group ``broker-a``,
    ``broker-b``, ..., with its data in ``<data-dir>/<group>``, every name server in ``--nameservers`` and
-   etcd as ``--metadata-store``; ready at ``quasar broker ready: pulsar://.. http://.. cluster=.. group=.. id=..``.
+   etcd as ``--metadata-store``; ready at ``quasar broker ready: pulsar://.. http://.. cluster=.. group=.. id=..``;
+4. with ``--slaves S`` (S >= 1, replication; docs/replication.md) the masters get ``--broker-role
+   SYNC_MASTER`` (``--replication async``: ``ASYNC_MASTER``) and an ``--ha-port``, and once they are ready
+   each group's S slaves start (``--broker-role SLAVE --broker-id 1..S``, data in ``<data-dir>/<group>-<id>``);
+   a replicated broker's readiness line ends with `` ha=HOST:PORT``.
 
 Every child's stdout and stderr go to ``<data-dir>/logs/<name>.log``. Then ``up`` writes
 ``<data-dir>/cluster.json`` (shape in :mod:`quasar.cli.cluster_layout`), prints a table of URLs and the line
 ``quasar cluster ready: <data-dir>/cluster.json`` on stdout, and runs until Ctrl-C / SIGTERM / SIGHUP, when it
 stops the brokers, then the name servers, then etcd (SIGTERM, ``--stop-timeout`` seconds, SIGKILL) and marks
-``cluster.json`` ``"stopped"``. A child that dies meanwhile is reported; the others keep running.
+``cluster.json`` ``"stopped"`` (slaves stop before the masters, so stopping causes no failover). A child that
+dies meanwhile is reported; the others keep running. With ``--slaves`` >= 1 a broker that dies is started
+again after a few seconds (:class:`~quasar.cli.cluster_supervisor.RestartPolicy`: at most 5 restarts per
+broker within 10 minutes, then ``up`` gives up on that one and keeps the others); ``cluster.json`` then names
+its new pid and counts its restarts.
 
 If a child exits early or is not ready in time, ``up`` prints the end of its log, stops what it started and
 exits 1 (``cluster.json`` then says ``"failed"``). Running ``up`` again on the same data directory reuses the
@@ -29,19 +37,18 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import sys
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import click
 from rich.console import Console
-from rich.table import Table
 
 from quasar.cli.cluster_layout import (
     MAX_BROKERS,
     MAX_NAMESERVERS,
+    MAX_SLAVES,
+    REPLICATION_MODES,
     STATE_FILE,
     BrokerSpec,
     ClusterPlan,
@@ -54,9 +61,11 @@ from quasar.cli.cluster_layout import (
     taken_ports,
     write_state,
 )
+from quasar.cli.cluster_status import fetch_live_brokers, live_roles, member_status, urls_table
 from quasar.cli.cluster_supervisor import (
     Child,
     ChildStartError,
+    RestartPolicy,
     StopRequested,
     Supervisor,
     child_environment,
@@ -64,16 +73,18 @@ from quasar.cli.cluster_supervisor import (
     line_probe,
 )
 
-__all__ = ["BROKER_READY", "CLUSTER_READY", "NAMESERVER_READY", "cluster"]
+__all__ = ["BROKER_READY", "BROKER_READY_HA", "CLUSTER_READY", "NAMESERVER_READY", "cluster", "member_status"]
 
 NAMESERVER_READY = re.compile(r"quasar nameserver ready: (\S+) (https?://\S+)")
 BROKER_READY = re.compile(
     r"quasar broker ready: (pulsar(?:\+ssl)?://\S+) (https?://\S+) cluster=(\S+) group=(\S+) id=(\d+)"
 )
+#: A replicated broker's readiness line: :data:`BROKER_READY` followed by `` ha=HOST:PORT`` (group 6).
+BROKER_READY_HA = re.compile(BROKER_READY.pattern + r" ha=(\S+)")
 #: What ``up`` prints on stdout once every member is ready (tools wait for it); group 1 is cluster.json's path.
 CLUSTER_READY = re.compile(r"quasar cluster ready: (.+)")
 
-_ETCD_TIER, _NAMESERVER_TIER, _BROKER_TIER = 0, 1, 2
+_ETCD_TIER, _NAMESERVER_TIER, _BROKER_TIER, _SLAVE_TIER = 0, 1, 2, 3
 _ETCD_LOG_LEVELS = {"DEBUG": "debug", "INFO": "info", "WARNING": "warn", "ERROR": "error"}
 _LOG_LEVEL = click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False)
 
@@ -127,12 +138,19 @@ def _dialable(address: str) -> str:
     return f"127.0.0.1:{port}" if host in ("0.0.0.0", "[::]", "::", "") else address
 
 
+def _broker_probe(broker: BrokerSpec) -> re.Pattern[str]:
+    return BROKER_READY_HA if broker.replicated else BROKER_READY
+
+
 def _broker_child(
     broker: BrokerSpec, plan: ClusterPlan, nameservers: str, log_dir: Path, log_level: str
 ) -> Child:
+    replication = []
+    if broker.replicated:
+        replication = [f"--broker-role={broker.broker_role}", f"--ha-port={broker.ha_port}"]
     argv = _quasar_argv(
         "broker",
-        f"--data-dir={plan.data_dir / broker.group}",
+        f"--data-dir={plan.data_dir_of(broker)}",
         f"--host={broker.host}",
         f"--port={broker.port}",
         f"--admin-port={broker.admin_port}",
@@ -141,10 +159,19 @@ def _broker_child(
         f"--broker-id={broker.broker_id}",
         f"--nameservers={nameservers}",
         f"--metadata-store={plan.etcd.url}",
+        *replication,
         f"--log-level={log_level}",
     )
     env = child_environment(PYTHONUNBUFFERED="1")
-    return Child(broker.name, argv, log_dir / f"{broker.name}.log", tier=_BROKER_TIER, env=env)
+    return Child(
+        broker.name,
+        argv,
+        log_dir / f"{broker.name}.log",
+        tier=_SLAVE_TIER if broker.broker_id > 0 else _BROKER_TIER,
+        env=env,
+        restartable=broker.replicated,  # a replicated group survives one broker; restart the dead one
+        ready_probe=line_probe(_broker_probe(broker)),
+    )
 
 
 class _Run:
@@ -177,17 +204,22 @@ class _Run:
                 if match
                 else (f"pulsar://{broker.host}:{broker.port}", f"http://{broker.host}:{broker.admin_port}")
             )
-            brokers.append(
-                {
-                    "group": broker.group,
-                    "id": broker.broker_id,
-                    "role": "master",
-                    "serviceUrl": service,
-                    "webServiceUrl": web,
-                    "dataDir": str(plan.data_dir / broker.group),
-                    **_pid_fields(child),
-                }
-            )
+            entry: dict[str, Any] = {
+                "name": broker.name,
+                "group": broker.group,
+                "id": broker.broker_id,
+                "role": broker.role,  # configured; the live one follows the group's elections
+                "serviceUrl": service,
+                "webServiceUrl": web,
+                "dataDir": str(plan.data_dir_of(broker)),
+                **_pid_fields(child),
+            }
+            if broker.replicated:
+                ha = match.group(6) if match and match.re is BROKER_READY_HA else broker.ha_address
+                entry.update(brokerRole=broker.broker_role, haAddress=ha, restarts=child.restarts)
+                if child.gave_up:
+                    entry["gaveUp"] = True
+            brokers.append(entry)
         etcd = {"url": plan.etcd.url, "endpoint": plan.etcd.endpoint, "peerUrl": plan.etcd.peer_url}
         return {
             "cluster": plan.name,
@@ -223,13 +255,37 @@ class _Run:
             report(f"{child.name} ready (pid {child.pid}): {child.ready_result.group(1)}")
         # the addresses the name servers reported, as the brokers can dial them
         nameservers = ";".join(_dialable(child.ready_result.group(1)) for _, child in self.nameservers)
-        for broker in plan.brokers:
-            child = _broker_child(broker, plan, nameservers, log_dir, log_level)
-            self.brokers.append((broker, sup.spawn(child)))
-        self.save("starting")
-        sup.wait_ready({child: line_probe(BROKER_READY) for _, child in self.brokers}, timeout_s)
-        for _, child in self.brokers:
-            report(f"{child.name} ready (pid {child.pid}): {child.ready_result.group(1)}")
+        # the masters first (each bootstraps its group in etcd), then the slaves, which follow them
+        for wave in (plan.masters, plan.slave_brokers):
+            started = []
+            for broker in wave:
+                child = sup.spawn(_broker_child(broker, plan, nameservers, log_dir, log_level))
+                self.brokers.append((broker, child))
+                started.append((broker, child))
+            if not started:
+                continue
+            self.save("starting")
+            sup.wait_ready({child: line_probe(_broker_probe(b)) for b, child in started}, timeout_s)
+            for broker, child in started:
+                ha = f" ha={child.ready_result.group(6)}" if broker.replicated else ""
+                report(f"{child.name} ready (pid {child.pid}): {child.ready_result.group(1)}{ha}")
+
+    def order_stop_by_live_role(self) -> None:
+        """With replication, stop the brokers that are slaves *now* before the live masters (after a failover
+        the configured order is wrong), so stopping elects nobody. Best effort: unchanged when no broker
+        answers."""
+        if not any(broker.replicated for broker, _ in self.brokers):
+            return
+        live = fetch_live_brokers(self.document("running"), timeout_s=1.0)
+        if live is None:
+            return
+        roles = live_roles(self.document("running"), live)
+        for broker, child in self.brokers:
+            role = roles.get(broker.name, "")
+            if role.startswith("master"):
+                child.tier = _BROKER_TIER
+            elif role.startswith("slave"):
+                child.tier = _SLAVE_TIER
 
 
 def _pid_fields(child: Child | None) -> dict[str, Any]:
@@ -263,29 +319,6 @@ def _check_previous(state_path: Path) -> tuple[dict[str, Any] | None, str | None
     )
 
 
-def _urls_table(doc: dict[str, Any], *, title: str, status: dict[str, str] | None = None) -> Table:
-    table = Table(title=title)
-    for column in ("member", "pid", "role", "urls", *(("status",) if status is not None else ())):
-        table.add_column(column, overflow="fold")
-    etcd = doc.get("etcd") or {}
-    rows = [("etcd", etcd.get("pid"), "metadata", f"{etcd.get('url')}  {etcd.get('endpoint')}")]
-    for ns in doc.get("nameservers") or []:
-        rows.append((ns.get("name"), ns.get("pid"), "name server", f"{ns.get('address')}  {ns.get('http')}"))
-    for b in doc.get("brokers") or []:
-        rows.append(
-            (
-                b.get("group"),
-                b.get("pid"),
-                f"{b.get('role')} id={b.get('id')}",
-                f"{b.get('serviceUrl')}  {b.get('webServiceUrl')}",
-            )
-        )
-    for name, pid, role, urls in rows:
-        extra = (status.get(str(name), "?"),) if status is not None else ()
-        table.add_row(str(name), str(pid), role, urls, *extra)
-    return table
-
-
 def _console(stderr: bool = False) -> Console:
     stream = sys.stderr if stderr else sys.stdout
     return Console(stderr=stderr, width=None if stream.isatty() else 160, highlight=False)
@@ -298,6 +331,21 @@ def _console(stderr: bool = False) -> Console:
     show_default=True,
     type=click.IntRange(1, MAX_BROKERS),
     help="Broker groups, one master each (broker-a, broker-b, ...).",
+)
+@click.option(
+    "--slaves",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0, MAX_SLAVES),
+    help="Slaves per broker group (replication with automatic failover; 0 = none). Each group then runs "
+    "broker-a (master, id 0) and broker-a-1 .. broker-a-S (slaves).",
+)
+@click.option(
+    "--replication",
+    default="sync",
+    show_default=True,
+    type=click.Choice(sorted(REPLICATION_MODES)),
+    help="With --slaves: masters are SYNC_MASTER (a receipt waits for the in-sync slaves) or ASYNC_MASTER.",
 )
 @click.option(
     "--nameservers",
@@ -318,7 +366,8 @@ def _console(stderr: bool = False) -> Console:
     type=click.IntRange(1, 65535),
     default=None,
     help="First port of the fixed layout: etcd client, etcd peer, then per name server its port and "
-    "HTTP port, then per broker its Pulsar and admin ports. Default: free ports.",
+    "HTTP port, then per broker process its Pulsar and admin ports (and HA port with --slaves). "
+    "Default: free ports.",
 )
 @click.option("--cluster-name", default="quasar-cluster", show_default=True, help="The brokers' --cluster.")
 @click.option(
@@ -349,6 +398,8 @@ def _console(stderr: bool = False) -> Console:
 )
 def up(
     brokers: int,
+    slaves: int,
+    replication: str,
     nameservers: int,
     data_dir: Path,
     base_port: int | None,
@@ -359,7 +410,8 @@ def up(
     startup_timeout: float,
     stop_timeout: float,
 ) -> None:
-    """Start etcd, NAMESERVERS name servers and BROKERS brokers here; Ctrl-C stops them all."""
+    """Start etcd, NAMESERVERS name servers and BROKERS broker groups (with SLAVES slaves each) here; Ctrl-C
+    stops them all."""
     err = _console(stderr=True)
     etcd_path = shutil.which(etcd_bin)
     if etcd_path is None:
@@ -381,6 +433,8 @@ def up(
             nameservers=nameservers,
             base_port=base_port,
             reuse=previous_ports(previous) if previous else None,
+            slaves=slaves,
+            replication=replication,
         )
     except (ValueError, OSError) as exc:
         raise click.ClickException(f"cannot lay out the ports: {exc}") from None
@@ -394,7 +448,9 @@ def up(
                 f"but {listed}: pick another --base-port or leave it out for free ports"
             )
     supervisor = Supervisor(
-        lambda line: err.print(line, markup=False, soft_wrap=True), stop_timeout_s=stop_timeout
+        lambda line: err.print(line, markup=False, soft_wrap=True),
+        stop_timeout_s=stop_timeout,
+        restart_policy=RestartPolicy(),
     )
     supervisor.install_signal_handlers()
     run = _Run(plan, supervisor)
@@ -423,8 +479,9 @@ def _serve(run: _Run, err: Console, brokers: int, nameservers: int) -> None:
     plan, supervisor = run.plan, run.supervisor
     run.save("running")
     out = _console()
-    title = f"{plan.name}: etcd, {nameservers} name server(s), {brokers} broker(s)"
-    out.print(_urls_table(run.document("running"), title=title))
+    slaves = f" with {plan.slaves} slave(s) each" if plan.slaves else ""
+    title = f"{plan.name}: etcd, {nameservers} name server(s), {brokers} broker group(s){slaves}"
+    out.print(urls_table(run.document("running"), title=title))
     out.print(f"nameserver URL: {plan.nameserver_url}", markup=False, highlight=False)
     out.print(f"logs: {plan.data_dir / 'logs'}   Ctrl-C stops the cluster", markup=False, highlight=False)
     print(f"quasar cluster ready: {plan.state_path}", flush=True)
@@ -433,6 +490,7 @@ def _serve(run: _Run, err: Console, brokers: int, nameservers: int) -> None:
     finally:
         if supervisor.stop_requested:
             err.print("stopping: brokers, then name servers, then etcd (again to kill at once)", markup=False)
+        run.order_stop_by_live_role()
         supervisor.stop_all()
         run.save("stopped")
     if not by_signal:
@@ -441,46 +499,6 @@ def _serve(run: _Run, err: Console, brokers: int, nameservers: int) -> None:
 
 
 # -- status ---------------------------------------------------------------------------------------------------
-
-
-def _reachable(url: str | None, timeout_s: float = 1.0) -> bool:
-    """Whether a TCP connection to ``url``'s host and port (``scheme://h:p`` or ``h:p``) succeeds."""
-    if not url:
-        return False
-    parts = urlsplit(url if "://" in url else "tcp://" + url)
-    if parts.hostname is None or parts.port is None:
-        return False
-    try:
-        with socket.create_connection((parts.hostname, parts.port), timeout=timeout_s):
-            return True
-    except OSError:
-        return False
-
-
-def member_status(doc: dict[str, Any]) -> dict[str, str]:
-    """``{member name: "up" | "pid gone" | "not answering" | "not started"}`` for a cluster.json document:
-    up = its PID is alive and every one of its listed ports accepts a TCP connection."""
-    status: dict[str, str] = {}
-    etcd = doc.get("etcd") or {}
-    entries = [("etcd", etcd.get("pid"), [etcd.get("endpoint")])]
-    entries += [
-        (ns.get("name"), ns.get("pid"), [ns.get("address"), ns.get("http")])
-        for ns in doc.get("nameservers") or []
-    ]
-    entries += [
-        (b.get("group"), b.get("pid"), [b.get("serviceUrl"), b.get("webServiceUrl")])
-        for b in doc.get("brokers") or []
-    ]
-    for name, pid, urls in entries:
-        if not isinstance(pid, int):
-            status[str(name)] = "not started"
-        elif not pid_alive(pid):
-            status[str(name)] = "pid gone"
-        elif not all(_reachable(url) for url in urls):
-            status[str(name)] = "not answering"
-        else:
-            status[str(name)] = "up"
-    return status
 
 
 @cluster.command()
@@ -492,7 +510,8 @@ def member_status(doc: dict[str, Any]) -> dict[str, str]:
     help="The data directory `cluster up` used.",
 )
 def status(data_dir: Path) -> None:
-    """Show the members of the cluster ``cluster up`` runs from DATA_DIR, and whether each one answers."""
+    """Show the members of the cluster ``cluster up`` runs from DATA_DIR, whether each one answers, and each
+    broker's live role and epoch (which change after a failover)."""
     path = data_dir.resolve() / STATE_FILE
     try:
         doc = read_state(path)
@@ -504,6 +523,7 @@ def status(data_dir: Path) -> None:
     up_pid = doc.get("upPid")
     up_alive = isinstance(up_pid, int) and pid_alive(up_pid)
     title = f"{doc.get('cluster')}: {doc.get('state')} (cluster up pid {up_pid}, {'alive' if up_alive else 'gone'})"
-    _console().print(_urls_table(doc, title=title, status=states))
-    if not all(state == "up" for state in states.values()):
+    live = live_roles(doc, fetch_live_brokers(doc)) if doc.get("state") == "running" and up_alive else None
+    _console().print(urls_table(doc, title=title, status=states, live=live))
+    if not all(state == "up" or state.startswith("up (") for state in states.values()):
         sys.exit(1)

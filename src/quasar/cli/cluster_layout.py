@@ -1,7 +1,7 @@
 """What ``quasar cluster up`` runs where: the port layout, the members' names, and ``cluster.json``.
 
 Port layout with ``--base-port B`` (deterministic, so scripts and firewalls can rely on it), for ``N`` name
-servers and ``M`` brokers::
+servers and ``M`` broker processes without replication (``--slaves 0``)::
 
     B                      etcd client port (etcd://127.0.0.1:B, on loopback)
     B + 1                  etcd peer port (loopback)
@@ -10,9 +10,22 @@ servers and ``M`` brokers::
     B + 2 + 2N + 2j        broker j: Pulsar binary protocol (pulsar://HOST:port)
     B + 3 + 2N + 2j        broker j: admin REST (http://HOST:port)
 
-so ``--base-port 7000`` with 2 name servers and 3 brokers uses 7000..7011. Without ``--base-port`` every port
-is a free one picked at start (a previous run's ports are reused when all are still free, so URLs stay the
-same across restarts of the same data directory).
+so ``--base-port 7000`` with 2 name servers and 3 brokers uses 7000..7011. With replication (``--slaves S``,
+S >= 1) every broker process has a third port, its HA (replication) listener, and the broker processes are
+numbered group by group, master first: ``j = g * (S + 1) + k`` for broker id ``k`` (0 = the master,
+1..S the slaves) of group ``g`` (0 = broker-a)::
+
+    B + 2 + 2N + 3j        broker j: Pulsar binary protocol
+    B + 3 + 2N + 3j        broker j: admin REST
+    B + 4 + 2N + 3j        broker j: HA listener (its slaves pull the commit log there while it is master)
+
+so ``--base-port 7000 --nameservers 2 --brokers 3 --slaves 1`` uses 7000..7023 (broker-a 7006..7008,
+broker-a-1 7009..7011, broker-b 7012..7014, ...). Without ``--base-port`` every port is a free one picked at
+start (a previous run's ports are reused when all are still free, so URLs stay the same across restarts of
+the same data directory).
+
+Names and data: group ``g``'s master is ``broker-a`` (``broker-b``, ...) with its data in
+``<data-dir>/broker-a``; its slaves are ``broker-a-1`` .. ``broker-a-S`` in ``<data-dir>/broker-a-1`` ...
 
 ``cluster.json`` (in the data directory) is written while the cluster starts, runs and after it stopped::
 
@@ -21,11 +34,17 @@ same across restarts of the same data directory).
      "etcd": {"url": "etcd://127.0.0.1:B", "endpoint": "http://127.0.0.1:B",
               "peerUrl": "http://127.0.0.1:B+1", "pid": 1235},
      "nameservers": [{"name": "nameserver-0", "address": "HOST:P", "http": "http://HOST:P2", "pid": ...}],
-     "brokers": [{"group": "broker-a", "id": 0, "role": "master", "serviceUrl": "pulsar://HOST:P",
-                  "webServiceUrl": "http://HOST:A", "dataDir": "/abs/path/broker-a", "pid": ...}],
+     "brokers": [{"name": "broker-a", "group": "broker-a", "id": 0, "role": "master",
+                  "serviceUrl": "pulsar://HOST:P", "webServiceUrl": "http://HOST:A",
+                  "dataDir": "/abs/path/broker-a", "pid": ...}],
      "nameserverUrl": "nameserver://HOST:P;HOST:P"}
 
-A member not started yet has ``"pid": null``.
+A member not started yet has ``"pid": null``. With replication each broker entry also has ``"brokerRole"``
+(``SYNC_MASTER`` / ``ASYNC_MASTER`` / ``SLAVE``: what it was started as), ``"haAddress"`` (``HOST:H``) and
+``"restarts"`` (how often ``cluster up`` restarted it; ``"gaveUp": true`` once it stopped doing so).
+``"role"`` is the *configured* role (``"master"`` for id 0, ``"slave"`` otherwise); the live role changes
+after a failover (an elected slave serves as master, a returning old master follows it): ``quasar cluster
+status`` and ``GET /admin/v2/brokers`` show the live one.
 """
 
 from __future__ import annotations
@@ -45,11 +64,14 @@ from urllib.parse import urlsplit
 __all__ = [
     "MAX_BROKERS",
     "MAX_NAMESERVERS",
+    "MAX_SLAVES",
+    "REPLICATION_MODES",
     "STATE_FILE",
     "BrokerSpec",
     "ClusterPlan",
     "EtcdSpec",
     "NameServerSpec",
+    "broker_name",
     "free_ports",
     "group_name",
     "members",
@@ -65,6 +87,9 @@ __all__ = [
 STATE_FILE = "cluster.json"
 MAX_BROKERS = 26  # broker-a .. broker-z
 MAX_NAMESERVERS = 16
+MAX_SLAVES = 8
+#: ``--replication`` -> the masters' ``--broker-role``.
+REPLICATION_MODES = {"sync": "SYNC_MASTER", "async": "ASYNC_MASTER"}
 LOOPBACK = "127.0.0.1"
 
 
@@ -105,16 +130,34 @@ class NameServerSpec:
 
 @dataclass(frozen=True)
 class BrokerSpec:
+    """One broker process. ``broker_role`` is its ``--broker-role`` (SYNC_MASTER, ASYNC_MASTER, SLAVE; "" =
+    no replication) and ``ha_port`` its ``--ha-port`` (None without replication)."""
+
     group: str
     broker_id: int
     host: str
     port: int
     admin_port: int
+    ha_port: int | None = None
+    broker_role: str = ""
 
     @property
     def name(self) -> str:
-        """Log and table name: the group, with the broker id when it is not the master's (0)."""
+        """Log, table and data directory name: the group, with the broker id when it is not the master's."""
         return self.group if self.broker_id == 0 else f"{self.group}-{self.broker_id}"
+
+    @property
+    def role(self) -> str:
+        """The configured role, ``"master"`` (id 0) or ``"slave"``; after a failover the live one differs."""
+        return "master" if self.broker_id == 0 else "slave"
+
+    @property
+    def replicated(self) -> bool:
+        return bool(self.broker_role)
+
+    @property
+    def ha_address(self) -> str | None:
+        return f"{self.host}:{self.ha_port}" if self.ha_port is not None else None
 
 
 @dataclass(frozen=True)
@@ -149,7 +192,27 @@ class ClusterPlan:
             out += [(ns.name, ns.host, ns.port), (f"{ns.name} http", ns.host, ns.http_port)]
         for b in self.brokers:
             out += [(f"{b.name} pulsar", b.host, b.port), (f"{b.name} admin", b.host, b.admin_port)]
+            if b.ha_port is not None:
+                out.append((f"{b.name} ha", b.host, b.ha_port))
         return out
+
+    @property
+    def slaves(self) -> int:
+        """Slaves per broker group (0 = no replication)."""
+        return max((b.broker_id for b in self.brokers), default=0)
+
+    @property
+    def masters(self) -> tuple[BrokerSpec, ...]:
+        """Each group's configured master (broker id 0), in group order."""
+        return tuple(b for b in self.brokers if b.broker_id == 0)
+
+    @property
+    def slave_brokers(self) -> tuple[BrokerSpec, ...]:
+        return tuple(b for b in self.brokers if b.broker_id > 0)
+
+    def data_dir_of(self, broker: BrokerSpec) -> Path:
+        """``<data-dir>/broker-a`` for a master, ``<data-dir>/broker-a-1`` for its first slave."""
+        return self.data_dir / broker.name
 
 
 def group_name(index: int) -> str:
@@ -168,11 +231,17 @@ def plan_cluster(
     nameservers: int,
     base_port: int | None = None,
     reuse: list[int] | None = None,
+    slaves: int = 0,
+    replication: str = "sync",
 ) -> ClusterPlan:
-    """Lay out a cluster of one etcd, ``nameservers`` name servers and ``brokers`` single-master groups.
+    """Lay out a cluster of one etcd, ``nameservers`` name servers and ``brokers`` broker groups, each one
+    master (broker id 0) and ``slaves`` slaves (ids 1..slaves).
 
     Args:
         base_port: first port of the deterministic layout (module docstring); None = free ports.
+        slaves: slaves per group; 0 = no replication (brokers get no ``--broker-role`` and no HA port).
+        replication: ``"sync"`` (masters are SYNC_MASTER) or ``"async"`` (ASYNC_MASTER); used when
+            ``slaves`` >= 1.
         reuse: with ``base_port`` None, the ports of a previous run in layout order (:func:`previous_ports`);
             used when there are as many as needed and none is taken, else fresh free ports are picked.
 
@@ -183,7 +252,13 @@ def plan_cluster(
         raise ValueError(f"--brokers must be in 1..{MAX_BROKERS}, got {brokers}")
     if not 1 <= nameservers <= MAX_NAMESERVERS:
         raise ValueError(f"--nameservers must be in 1..{MAX_NAMESERVERS}, got {nameservers}")
-    count = 2 + 2 * nameservers + 2 * brokers
+    if not 0 <= slaves <= MAX_SLAVES:
+        raise ValueError(f"--slaves must be in 0..{MAX_SLAVES}, got {slaves}")
+    if replication not in REPLICATION_MODES:
+        raise ValueError(f"--replication must be one of {sorted(REPLICATION_MODES)}, got {replication!r}")
+    per_broker = 3 if slaves else 2
+    processes = brokers * (1 + slaves)
+    count = 2 + 2 * nameservers + per_broker * processes
     hosts = [LOOPBACK, LOOPBACK] + [host] * (count - 2)
     if base_port is not None:
         if base_port < 1 or base_port + count - 1 > 65535:
@@ -199,11 +274,14 @@ def plan_cluster(
         for i in range(nameservers)
     )
     first = 2 + 2 * nameservers
-    broker_specs = tuple(
-        BrokerSpec(group_name(j), 0, host, ports[first + 2 * j], ports[first + 2 * j + 1])
-        for j in range(brokers)
-    )
-    return ClusterPlan(name, data_dir, host, etcd, ns_specs, broker_specs)
+    broker_specs = []
+    for g in range(brokers):
+        for k in range(1 + slaves):
+            at = first + per_broker * (g * (1 + slaves) + k)
+            role = "" if not slaves else REPLICATION_MODES[replication] if k == 0 else "SLAVE"
+            ha = ports[at + 2] if slaves else None
+            broker_specs.append(BrokerSpec(group_name(g), k, host, ports[at], ports[at + 1], ha, role))
+    return ClusterPlan(name, data_dir, host, etcd, ns_specs, tuple(broker_specs))
 
 
 def free_ports(hosts: list[str]) -> list[int]:
@@ -269,8 +347,15 @@ def members(doc: dict[str, Any]) -> list[tuple[str, int | None]]:
     etcd = doc.get("etcd") or {}
     out.append(("etcd", etcd.get("pid")))
     out += [(ns.get("name", "nameserver"), ns.get("pid")) for ns in doc.get("nameservers") or []]
-    out += [(b.get("group", "broker"), b.get("pid")) for b in doc.get("brokers") or []]
+    out += [(broker_name(b), b.get("pid")) for b in doc.get("brokers") or []]
     return out
+
+
+def broker_name(entry: dict[str, Any]) -> str:
+    """A cluster.json broker entry's member name (``broker-a``, ``broker-a-1``); documents written before
+    replication have no ``"name"``: their group is the name."""
+    name = entry.get("name") or entry.get("group") or "broker"
+    return str(name)
 
 
 def running_members(doc: dict[str, Any]) -> list[tuple[str, int]]:
@@ -311,6 +396,8 @@ def previous_ports(doc: dict[str, Any]) -> list[int] | None:
             ports += [_port("tcp://" + ns["address"]), _port(ns["http"])]
         for broker in doc["brokers"]:
             ports += [_port(broker["serviceUrl"]), _port(broker["webServiceUrl"])]
+            if broker.get("haAddress"):
+                ports.append(_port("tcp://" + broker["haAddress"]))
     except (KeyError, TypeError, ValueError):
         return None
     return ports

@@ -5,7 +5,13 @@ line per start, so a restart keeps the previous run's log). Its readiness is dec
 that looks at the child (its new log text, or an HTTP endpoint) and returns a result once it is ready, None
 before. The :class:`Supervisor` owns every child: it waits for a set of children to become ready within a
 bound, reports children that die while the cluster runs (the others keep running), and stops everything tier
-by tier, highest tier first (brokers, then name servers, then etcd): SIGTERM, a bounded wait, SIGKILL.
+by tier, highest tier first (slaves, then masters, then name servers, then etcd): SIGTERM, a bounded wait,
+SIGKILL.
+
+A child created with ``restartable=True`` (the brokers of a replicated cluster) is started again when it dies
+while the cluster runs, after :attr:`RestartPolicy.delay_s`, at most :attr:`RestartPolicy.max_restarts` times
+within :attr:`RestartPolicy.window_s`; past that the supervisor gives up on it, says so, and keeps the others
+running. Other children that die are only reported.
 
 Children run in their own session, so a Ctrl-C in the terminal reaches only ``cluster up``, which then stops
 them in that order. A second Ctrl-C (or SIGTERM) while stopping kills what is left at once.
@@ -13,6 +19,7 @@ them in that order. A second Ctrl-C (or SIGTERM) while stopping kills what is le
 
 from __future__ import annotations
 
+import collections
 import datetime
 import json
 import os
@@ -33,6 +40,7 @@ __all__ = [
     "Child",
     "ChildStartError",
     "Probe",
+    "RestartPolicy",
     "StopRequested",
     "Supervisor",
     "child_environment",
@@ -73,6 +81,8 @@ class Child:
         log_path: file receiving stdout and stderr (appended to; the parent directory is created).
         tier: stop order; higher tiers stop first.
         env: the complete environment of the child; None = the parent's.
+        restartable: start it again when it dies while the cluster runs (see :class:`RestartPolicy`).
+        ready_probe: tells when a restarted child is ready again (reported; None = not watched).
     """
 
     def __init__(
@@ -83,14 +93,22 @@ class Child:
         *,
         tier: int,
         env: Mapping[str, str] | None = None,
+        restartable: bool = False,
+        ready_probe: Probe | None = None,
     ) -> None:
         self.name = name
         self.argv = list(argv)
         self.log_path = log_path
         self.tier = tier
         self.env = dict(env) if env is not None else None
+        self.restartable = restartable
+        self.ready_probe = ready_probe
         self.ready_result: Any = None
         self.reported_exit = False
+        self.restarts = 0
+        """How often the supervisor started it again after it died."""
+        self.gave_up = False
+        """True once the supervisor stopped restarting it (too many restarts within the window)."""
         self._offset = 0
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -187,6 +205,52 @@ def http_health_probe(url: str, *, timeout_s: float = 0.5) -> Probe:
     return probe
 
 
+class RestartPolicy:
+    """When a restartable child that died is started again: after ``delay_s`` seconds, at most
+    ``max_restarts`` times per child within any ``window_s`` seconds (systemd's StartLimitBurst /
+    StartLimitIntervalSec); past that, never again during this run.
+
+    Args:
+        clock: monotonic seconds (a test passes a fake one).
+    """
+
+    def __init__(
+        self,
+        *,
+        max_restarts: int = 5,
+        window_s: float = 600.0,
+        delay_s: float = 3.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if max_restarts < 0 or window_s <= 0 or delay_s < 0:
+            raise ValueError("max_restarts >= 0, window_s > 0 and delay_s >= 0 are required")
+        self.max_restarts = max_restarts
+        self.window_s = window_s
+        self.delay_s = delay_s
+        self.clock = clock
+        self._history: dict[str, collections.deque[float]] = {}
+
+    def recent(self, name: str) -> int:
+        """Restarts of ``name`` granted within the last ``window_s`` seconds."""
+        history = self._history.setdefault(name, collections.deque())
+        now = self.clock()
+        while history and history[0] <= now - self.window_s:
+            history.popleft()
+        return len(history)
+
+    def grant(self, name: str) -> bool:
+        """Whether ``name``, which just died, may be restarted; a granted restart counts against the window."""
+        if self.recent(name) >= self.max_restarts:
+            return False
+        self._history[name].append(self.clock())
+        return True
+
+    def describe(self) -> str:
+        """``"at most 5 restarts within 10 min"``."""
+        window = f"{self.window_s / 60:g} min" if self.window_s >= 60 else f"{self.window_s:g} s"
+        return f"at most {self.max_restarts} restarts within {window}"
+
+
 class Supervisor:
     """Owns the children of one ``cluster up``.
 
@@ -194,14 +258,26 @@ class Supervisor:
         report: prints one progress line (to the terminal).
         stop_timeout_s: seconds each tier gets to exit after SIGTERM before SIGKILL.
         poll_s: sleep between checks while waiting or watching.
+        restart_policy: how restartable children are restarted (default :class:`RestartPolicy`'s).
+        sleep: pauses between polls of :meth:`watch` (a test passes one that advances fake children).
     """
 
     STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
-    def __init__(self, report: Callable[[str], None], *, stop_timeout_s: float = 10.0, poll_s: float = 0.05):
+    def __init__(
+        self,
+        report: Callable[[str], None],
+        *,
+        stop_timeout_s: float = 10.0,
+        poll_s: float = 0.05,
+        restart_policy: RestartPolicy | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
         self.report = report
         self.stop_timeout_s = stop_timeout_s
         self.poll_s = poll_s
+        self.restart_policy = restart_policy or RestartPolicy()
+        self.sleep = sleep
         self.children: list[Child] = []
         self.signals = 0
 
@@ -268,29 +344,85 @@ class Supervisor:
 
     # -- run -------------------------------------------------------------------------------------------------
 
-    def watch(self, on_exit: Callable[[Child], None], *, poll_s: float = 0.2) -> bool:
-        """Block until a stop signal arrives or every child has exited. Each child that exits meanwhile is
-        reported once (name, pid, status, log tail) and passed to ``on_exit``; the others keep running.
+    def watch(self, on_change: Callable[[Child], None], *, poll_s: float = 0.2) -> bool:
+        """Block until a stop signal arrives or every child has exited for good. Each child that exits
+        meanwhile is reported once (name, pid, status, log tail) and passed to ``on_change``; the others keep
+        running. A restartable child is started again after the policy's delay (and passed to ``on_change``
+        again, with its new pid) unless the policy gives up on it; its readiness afterwards is reported.
 
         Returns:
-            True when stopped by a signal, False when every child had exited.
+            True when stopped by a signal, False when every child had exited and none is to be restarted.
         """
+        policy = self.restart_policy
+        due: dict[Child, float] = {}  # restarts scheduled: child -> monotonic time
+        awaiting: dict[Child, float] = {}  # restarted, readiness not seen yet: child -> restart time
         while not self.stop_requested:
             for child in self.children:
                 code = child.returncode
-                if code is not None and not child.reported_exit:
-                    child.reported_exit = True
-                    others = [c.name for c in self.children if c.alive]
-                    self.report(
-                        f"{child.name} (pid {child.pid}) exited unexpectedly ({describe_status(code)}); "
-                        f"still running: {', '.join(others) or 'nothing'}. "
-                        f"The end of its log {child.log_path}:\n{child.tail(15)}"
-                    )
-                    on_exit(child)
-            if not any(child.alive for child in self.children):
+                if code is None or child.reported_exit:
+                    continue
+                child.reported_exit = True
+                awaiting.pop(child, None)
+                plan = ""
+                if child.restartable and not child.gave_up:
+                    if policy.grant(child.name):
+                        due[child] = time.monotonic() + policy.delay_s
+                        plan = (
+                            f" Restarting it in {policy.delay_s:g} s "
+                            f"(restart {policy.recent(child.name)}, {policy.describe()})."
+                        )
+                    else:
+                        child.gave_up = True
+                        plan = (
+                            f" Giving up on it: it exited {policy.max_restarts + 1} times and "
+                            f"{policy.describe()} are allowed; the others keep running."
+                        )
+                others = [c.name for c in self.children if c.alive]
+                self.report(
+                    f"{child.name} (pid {child.pid}) exited unexpectedly ({describe_status(code)}); "
+                    f"still running: {', '.join(others) or 'nothing'}.{plan} "
+                    f"The end of its log {child.log_path}:\n{child.tail(15)}"
+                )
+                on_change(child)
+            now = time.monotonic()
+            for child, when in list(due.items()):
+                if now >= when:
+                    del due[child]
+                    self._restart(child, awaiting, on_change)
+            for child in list(awaiting):
+                self._check_restarted(child, awaiting)
+            if not due and not any(child.alive for child in self.children):
                 return False
-            time.sleep(poll_s)
+            self.sleep(poll_s)
         return True
+
+    def _restart(
+        self, child: Child, awaiting: dict[Child, float], on_change: Callable[[Child], None]
+    ) -> None:
+        old = child.pid
+        try:
+            child.start()
+        except OSError as exc:
+            child.gave_up = True
+            self.report(f"{child.name} could not be restarted ({child.argv[0]}): {exc}; giving up on it")
+            return
+        child.restarts += 1
+        child.reported_exit = False
+        self.report(f"restarted {child.name} (pid {child.pid}, was {old}; restart #{child.restarts})")
+        if child.ready_probe is not None:
+            awaiting[child] = time.monotonic()
+        on_change(child)
+
+    def _check_restarted(self, child: Child, awaiting: dict[Child, float]) -> None:
+        probe = child.ready_probe
+        if probe is None or not child.alive:
+            awaiting.pop(child, None)
+            return
+        result = probe(child)
+        if result is not None:
+            child.ready_result = result
+            took = time.monotonic() - awaiting.pop(child)
+            self.report(f"{child.name} (pid {child.pid}) ready again after {took:.1f} s")
 
     # -- stop ------------------------------------------------------------------------------------------------
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from quasar.cli.cluster import CLUSTER_READY
-from quasar.cli.cluster_layout import STATE_FILE, members, pid_alive
+from quasar.cli.cluster_layout import STATE_FILE, broker_name, members, pid_alive
 from quasar.errors import QuasarError
 from quasar.testing.subprocess_harness import SubprocessHarness
 
@@ -50,6 +50,7 @@ class ClusterProcess(SubprocessHarness):
         data_dir: ``--data-dir`` (created by ``cluster up``); kept across restarts.
         brokers: ``--brokers`` (1..26).
         nameservers: ``--nameservers``.
+        slaves: ``--slaves`` (0 = no replication, the option is not passed).
         extra_args: further ``cluster up`` options, e.g. ``("--base-port", "7000")``.
         startup_timeout_s: seconds :meth:`start` waits for the readiness line (etcd + name servers + brokers).
         env: extra environment variables for ``cluster up`` and its children (merged over ``os.environ``).
@@ -70,17 +71,21 @@ class ClusterProcess(SubprocessHarness):
         brokers: int = 3,
         nameservers: int = 2,
         *,
+        slaves: int = 0,
         extra_args: Sequence[str] = (),
         startup_timeout_s: float = 120.0,
         env: Mapping[str, str] | None = None,
         python: str = sys.executable,
     ) -> None:
-        if brokers < 1 or nameservers < 1:
-            raise ValueError(f"brokers and nameservers must be >= 1, got {brokers} and {nameservers}")
+        if brokers < 1 or nameservers < 1 or slaves < 0:
+            raise ValueError(
+                f"brokers and nameservers must be >= 1 and slaves >= 0, got {brokers}, {nameservers}, {slaves}"
+            )
         super().__init__(startup_timeout_s=startup_timeout_s, env=env, python=python)
         self.data_dir = Path(data_dir).resolve()
         self.brokers = brokers
         self.nameservers = nameservers
+        self.slaves = slaves
         self.extra_args = tuple(extra_args)
         self.state: dict[str, Any] = {}
 
@@ -104,6 +109,7 @@ class ClusterProcess(SubprocessHarness):
             str(self.brokers),
             "--nameservers",
             str(self.nameservers),
+            *(("--slaves", str(self.slaves)) if self.slaves else ()),
             *self.extra_args,
         ]
 
@@ -122,6 +128,13 @@ class ClusterProcess(SubprocessHarness):
     def alive_members(self) -> dict[str, int]:
         """The members of :meth:`member_pids` whose process is still alive."""
         return {name: pid for name, pid in self.member_pids().items() if pid_alive(pid)}
+
+    def broker(self, name: str) -> dict[str, Any]:
+        """The cluster.json entry of broker ``name`` (``broker-a``, ``broker-a-1``); raises KeyError."""
+        for entry in self.state.get("brokers", []):
+            if broker_name(entry) == name:
+                return dict(entry)
+        raise KeyError(name)
 
     def broker_admin_urls(self) -> list[str]:
         return [broker["webServiceUrl"] for broker in self.state.get("brokers", [])]
