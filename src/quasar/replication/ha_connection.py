@@ -7,7 +7,9 @@ Life of a connection (frames in :mod:`quasar.replication.ha_protocol`):
    and epoch entries. WRONG_GROUP / NOT_MASTER: answer, then close.
 2. wait for the slave's first REPORT (sent once it truncated to the consistent point). An offset the master
    does not hold (above its max, below its min) closes the connection with the reason logged: the slave must
-   truncate or resynchronise.
+   truncate or resynchronise. An empty slave (HELLO and REPORT at 0) of a master whose retention removed
+   the first segments gets everything retained, from the master's min offset (a segment start; RocketMQ 4.x
+   started a new slave at the master's *last* segment instead, so it never had the history).
 3. two child tasks in one TaskGroup: the *reader* takes REPORTs (the slave's acked offset) and closes the
    connection after ``ha_housekeeping_interval_s`` without one; the *writer* ships TRANSFER frames from the
    reported offset with ``store.read_commit_log`` (at most ``ha_transfer_batch_size`` bytes each, cut at the
@@ -159,23 +161,26 @@ class HAConnection:
         if not isinstance(first, Report):  # pragma: no cover - the decoder returns REPORTs after HELLO
             raise HAProtocolError("expected REPORT")
         low, high = store.min_commit_log_offset, store.max_commit_log_offset
-        if not low <= first.max_offset <= high:
+        start = first.max_offset
+        if start == 0 and hello.max_offset == 0 and low > 0:
+            start = low  # an empty replica gets the whole retained history, from the first segment's start
+        if not low <= start <= high:
             raise HAProtocolError(
-                f"slave {hello.broker_id} reported offset {first.max_offset}, outside the master's "
+                f"slave {hello.broker_id} reported offset {start}, outside the master's "
                 f"[{low}, {high}]: it must truncate or resynchronise"
             )
         log.info(
             "HA connection from %s: broker %d follows from offset %d (master max %d, epoch %d)",
             self.peer,
             hello.broker_id,
-            first.max_offset,
+            start,
             high,
             epoch,
         )
         self._on_report(first.max_offset)
         async with asyncio.TaskGroup() as group:
             group.create_task(self._read_reports(), name=f"ha-read-{self.peer}")
-            group.create_task(self._transfer(first.max_offset), name=f"ha-write-{self.peer}")
+            group.create_task(self._transfer(start), name=f"ha-write-{self.peer}")
 
     async def _read_frame(self) -> Hello | Report:
         """The next frame, reading as needed; TimeoutError after the housekeeping interval of silence."""
