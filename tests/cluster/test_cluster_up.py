@@ -208,3 +208,85 @@ def test_cluster_up_killed_leaves_members_that_a_rerun_names(cluster_factory: Cl
     assert f"etcd (pid {pids['etcd']})" in again.stderr_text()
     cluster.stop()  # stops the orphans by PID
     assert all_gone(pids)
+
+
+# -- replication (--slaves) -----------------------------------------------------------------------------------
+
+
+def live_brokers(admin_url: str) -> dict[int, dict[str, Any]]:
+    """``{broker id: registration}`` of the live brokers one broker lists (``GET /admin/v2/brokers``)."""
+    try:
+        listed = http_json(admin_url + "/admin/v2/brokers", timeout_s=5)[1]
+    except OSError:
+        return {}
+    return {b["brokerId"]: b for b in listed}
+
+
+@needs_etcd
+@pytest.mark.slow
+def test_up_with_a_slave_per_group_reports_roles_and_stops_slaves_first(
+    cluster_factory: ClusterFactory,
+) -> None:
+    cluster = cluster_factory(brokers=1, nameservers=1, slaves=1)
+    master, slave = cluster.broker("broker-a"), cluster.broker("broker-a-1")
+    assert (master["group"], master["id"], master["role"], master["brokerRole"]) == (
+        "broker-a",
+        0,
+        "master",
+        "SYNC_MASTER",
+    )
+    assert (slave["group"], slave["id"], slave["role"], slave["brokerRole"]) == (
+        "broker-a",
+        1,
+        "slave",
+        "SLAVE",
+    )
+    assert master["dataDir"] == str(cluster.data_dir / "broker-a")
+    assert slave["dataDir"] == str(cluster.data_dir / "broker-a-1")
+    for broker in (master, slave):
+        host, port = broker["haAddress"].rsplit(":", 1)
+        socket.create_connection((host, int(port)), timeout=5).close()
+    pids = cluster.member_pids()
+    assert set(pids) == {"etcd", "nameserver-0", "broker-a", "broker-a-1"}
+    assert cluster.alive_members() == pids
+
+    def registered() -> bool:
+        live = live_brokers(master["webServiceUrl"])
+        return {(i, b.get("role")) for i, b in live.items()} == {(0, "master"), (1, "slave")}
+
+    wait_until(registered, timeout_s=30, what="the master and its slave registered with their live roles")
+    status = quasar("cluster", "status", "--data-dir", str(cluster.data_dir))
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert "master epoch=" in status.stdout and "slave epoch=" in status.stdout
+    assert "SYNC_MASTER" in status.stdout and "ha=" in status.stdout
+
+    assert cluster.stop() == 0
+    assert all_gone(pids)
+    assert cluster.reload()["state"] == "stopped"
+    log = cluster.stderr_text()
+    assert log.index("stopped broker-a-1") < log.index("stopped broker-a ") < log.index("stopped etcd")
+
+
+@needs_etcd
+@pytest.mark.slow
+def test_a_killed_replicated_broker_is_restarted_and_cluster_json_follows(
+    cluster_factory: ClusterFactory,
+) -> None:
+    cluster = cluster_factory(brokers=1, nameservers=1, slaves=1)
+    old = cluster.member_pids()["broker-a-1"]
+    os.kill(old, signal.SIGKILL)
+    wait_until(lambda: "restarted broker-a-1" in cluster.stderr_text(), timeout_s=30, what="the restart")
+    assert "Restarting it in" in cluster.stderr_text()
+    wait_until(
+        lambda: cluster.reload()["brokers"][1].get("restarts") == 1, what="cluster.json's restart count"
+    )
+    new = cluster.member_pids()["broker-a-1"]
+    assert new != old and pid_alive(new)
+    wait_until(lambda: "broker-a-1 (pid" in cluster.stderr_text() and "ready again" in cluster.stderr_text(),
+               timeout_s=60, what="the restarted slave's readiness")  # fmt: skip
+    assert cluster.running
+    status = quasar("cluster", "status", "--data-dir", str(cluster.data_dir))
+    assert "restarted 1x" in status.stdout
+    pids = cluster.member_pids()
+    assert cluster.stop() == 0
+    assert all_gone(pids)
