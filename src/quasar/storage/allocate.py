@@ -199,6 +199,19 @@ class AllocateMappedFileService:
                     self._requests[path] = result
                 self._condition.notify_all()
 
+    def cancel_all(self) -> None:
+        """Forget every request: files already created are deleted, the one being created is deleted once
+        done (this waits for it), queued ones are dropped (the commit log was cut: the pre-allocated next
+        segment would lie past a gap). Blocking."""
+        with self._condition:
+            self._queue.clear()
+            ready = [r for r in self._requests.values() if isinstance(r, MappedFile)]
+            self._requests.clear()
+            while self._working is not None:
+                self._condition.wait()
+        for mapped_file in ready:
+            mapped_file.destroy()
+
     def shutdown(self, *, destroy_unused: bool = True) -> None:
         """Stop the thread; pre-allocated files nobody took are deleted (``destroy_unused``) or closed.
         Blocking."""

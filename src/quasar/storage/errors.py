@@ -13,6 +13,7 @@ RocketMQ. Exceptions are for broken invariants, bad arguments and API misuse::
         ├── OffsetOutOfRangeError        a read outside the written part of the commit log / consume queue
         ├── StoreClosedError             the store is not open
         ├── StoreNotWritableError        an earlier I/O failure made the store refuse writes
+        ├── ReplicaOffsetMismatchError   replicated bytes do not start at the replica's max offset
         ├── DiskFullError                no space left for a new segment (reserved for the disk guard)
         └── InvalidMessageError          a put argument cannot be encoded (also a ValueError)
 """
@@ -72,6 +73,19 @@ class StoreClosedError(StorageError):
 
 class StoreNotWritableError(StorageError):
     """An earlier I/O failure (fsync, file creation, dispatch) made the store refuse further writes."""
+
+
+class ReplicaOffsetMismatchError(StorageError):
+    """Replicated commit log bytes were offered at ``actual`` while the replica's commit log ends at
+    ``expected`` (bytes): nothing was written (RocketMQ ``HAClient``: the slave closes the connection and
+    reports its own max offset again)."""
+
+    def __init__(self, expected: int, actual: int) -> None:
+        super().__init__(
+            f"replicated data offered at commit log offset {actual}, the replica ends at {expected}"
+        )
+        self.expected = expected
+        self.actual = actual
 
 
 class DiskFullError(StorageError):

@@ -258,6 +258,46 @@ class IndexFile:
             current = prev_index
         return result
 
+    def first_item_at_or_past(self, phy_offset: int) -> int:
+        """The number of the first item pointing at ``phy_offset`` or later (``index_count`` when none): items
+        are appended in commit log order, so this is a binary search."""
+        low, high = 1, self.index_count
+        while low < high:
+            middle = (low + high) // 2
+            position = self._items_start + middle * INDEX_ITEM_SIZE
+            if INDEX_ITEM.unpack_from(self.buffer, position)[1] < phy_offset:
+                low = middle + 1
+            else:
+                high = middle
+        return low
+
+    def truncate_items(self, first: int) -> None:
+        """Remove items ``first`` .. ``index_count - 1`` (the newest ones, ``first >= 2`` so one stays): each is
+        unlinked from its slot's chain (newest first, so the slot points at it when its turn comes), zeroed,
+        and the header moves back (``end_phy_offset`` to the last kept item, ``end_timestamp`` to that item's
+        second). The inverse of :meth:`put_key`, for ``MessageStore.truncate_commit_log``. Blocking callers
+        only (the index service's lock held); call :meth:`flush` after."""
+        buffer = self.buffer
+        items_start = self._items_start
+        for number in range(self.index_count - 1, max(first, 2) - 1, -1):
+            position = items_start + number * INDEX_ITEM_SIZE
+            key_hash, _, _, prev_index = INDEX_ITEM.unpack_from(buffer, position)
+            slot_position = INDEX_HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE
+            if HASH_SLOT.unpack_from(buffer, slot_position)[0] == number:
+                if not INVALID_INDEX < prev_index < number:
+                    prev_index = INVALID_INDEX
+                HASH_SLOT.pack_into(buffer, slot_position, prev_index)
+                if prev_index == INVALID_INDEX:
+                    self.hash_slot_count = max(0, self.hash_slot_count - 1)
+            buffer[position : position + INDEX_ITEM_SIZE] = bytes(INDEX_ITEM_SIZE)
+            self.index_count = number
+        _, phy_offset, time_diff, _ = INDEX_ITEM.unpack_from(
+            buffer, items_start + (self.index_count - 1) * INDEX_ITEM_SIZE
+        )
+        self.end_phy_offset = phy_offset
+        self.end_timestamp = min(self.end_timestamp, self.begin_timestamp + time_diff * 1000 + 999)
+        self._write_header()
+
     def flush(self) -> None:
         """fdatasync the file (header, slots and items). Blocking."""
         if self._dirty and self._fd >= 0:

@@ -256,6 +256,33 @@ class IndexService:
             fsync_dir(self.store_path)
         return len(expired)
 
+    def truncate(self, commit_log_offset: int) -> None:
+        """Forget every item pointing at ``commit_log_offset`` or later, durably, so no query returns them,
+        even once other records are written there (``MessageStore.truncate_commit_log``): files whose first
+        item is at or past it are deleted, the newest items of the file holding the cut are removed
+        (:meth:`IndexFile.truncate_items`) and the file flushed; :attr:`last_indexed_offset` moves back.
+        Blocking; the reput thread must be paused."""
+        with self._lock:
+            files = self._files
+            kept = list(files)
+            while kept and not kept[-1].is_empty and kept[-1].begin_phy_offset >= commit_log_offset:
+                kept.pop()
+            removed = files[len(kept) :]
+            if kept and not kept[-1].is_empty and kept[-1].end_phy_offset >= commit_log_offset:
+                kept[-1].truncate_items(kept[-1].first_item_at_or_past(commit_log_offset))
+                kept[-1].flush()
+            self._files = kept
+            self.last_indexed_offset = max((f.end_phy_offset for f in kept if not f.is_empty), default=-1)
+        for index_file in removed:
+            log.info(
+                "index: deleting %s (records at or past commit log offset %d)",
+                index_file.path.name,
+                commit_log_offset,
+            )
+            index_file.destroy()
+        if removed:
+            fsync_dir(self.store_path)
+
     def close(self) -> None:
         with self._lock:
             for index_file in self._files:

@@ -23,6 +23,7 @@ runs :meth:`ReputMessageService.do_reput` once more so nothing is left behind (R
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Sequence
 
 from quasar.storage.commit_log import CommitLog
@@ -75,6 +76,9 @@ class ReputMessageService(ServiceThread):
         """End of the records dispatched so far (bytes). Written by the reput thread only."""
         self.skipped_records = 0
         """Damaged records skipped (bad magic / CRC in the middle of a segment)."""
+        self.lock = threading.Lock()
+        """Held for each :meth:`do_reput` round; ``MessageStore.truncate_commit_log`` holds it to pause the
+        thread while it cuts the commit log and moves :attr:`reput_from_offset` back."""
         self._topics: dict[bytes, str] = {}
 
     @property
@@ -98,6 +102,10 @@ class ReputMessageService(ServiceThread):
 
     def do_reput(self) -> int:
         """Dispatch every record written so far; returns the new ``reput_from_offset``. Blocking."""
+        with self.lock:
+            return self._reput_round()
+
+    def _reput_round(self) -> int:
         commit_log = self.commit_log
         queue = commit_log.mapped_file_queue
         offset = max(self.reput_from_offset, commit_log.min_offset)

@@ -11,9 +11,10 @@ parts are :meth:`StoreFlusher.wait_flushed` and :meth:`StoreFlusher.release_wait
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterator
 
 from quasar.storage.checkpoint import StoreCheckpoint
 from quasar.storage.errors import StoreClosedError, StoreNotWritableError
@@ -189,6 +190,20 @@ class StoreFlusher:
                 checkpoint.logics_flushed_units = units
                 checkpoint.logics_msg_timestamp = max(checkpoint.logics_msg_timestamp, timestamp)
                 checkpoint.flush()
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Hold the flush locks (consume queues, then commit log): no flush thread touches a file meanwhile
+        (``MessageStore.truncate_commit_log`` deletes and cuts files). Blocking."""
+        with self._consume_queue_flush_lock, self._flush_lock:
+            yield
+
+    def request_flush(self) -> None:
+        """SYNC_FLUSH: start a group commit round now, without a waiter (replicated bytes: a replica reports
+        its written offset, the disk follows within a round); ASYNC_FLUSH: nothing, the periodic flush takes
+        them. Any thread."""
+        if self.group_commit is not None:
+            self.group_commit.wakeup()
 
     @property
     def group_commit_rounds(self) -> int:

@@ -12,8 +12,10 @@ this one object, handed to each constructor, instead of attributes shared throug
 - no flag for a put refused because the process is out of file descriptors (``EMFILE`` / ``ENFILE`` while
   creating a consume queue or commit log file): that refusal is transient, counted in
   ``open_files_refusals``, and the next put tries again;
-- ``refusing``: True unless open, writable and not disk full, kept up to date by the three setters, so the
-  publish path tests one attribute (RocketMQ ``DefaultMessageStore.checkStoreStatus``).
+- ``replica``: the store follows a master (``MessageStore.set_replica_mode``, loop thread): puts are refused,
+  only replicated bytes are appended (RocketMQ: a slave's ``putMessage`` answers SERVICE_NOT_AVAILABLE);
+- ``refusing``: True unless open, writable, not disk full and not a replica, kept up to date by the four
+  setters, so the publish path tests one attribute (RocketMQ ``DefaultMessageStore.checkStoreStatus``).
 
 Plain attribute stores: a flag set on one thread is seen by the loop thread at its next put (the GIL orders
 them); a put racing with the flag change is accepted or refused as a whole.
@@ -44,6 +46,7 @@ class StoreState:
     __slots__ = (
         "_disk_full",
         "_phase",
+        "_replica",
         "_writable",
         "disk_full_refusals",
         "open_files_refusals",
@@ -55,8 +58,10 @@ class StoreState:
         self._phase = StorePhase.NEW
         self._writable = True
         self._disk_full = False
+        self._replica = False
         self.refusing = True
-        """True unless the store is open, writable and not disk full: the publish path's one test."""
+        """True unless the store is open, writable, not disk full and not a replica: the publish path's one
+        test."""
         self.disk_full_refusals = 0
         """Puts refused because the disk is full (guard ratio or ENOSPC)."""
         self.open_files_refusals = 0
@@ -68,7 +73,9 @@ class StoreState:
         return f"StoreState({self._phase}, writable={self._writable}, disk_full={self._disk_full})"
 
     def _update(self) -> None:
-        self.refusing = self._phase is not StorePhase.OPEN or not self._writable or self._disk_full
+        self.refusing = (
+            self._phase is not StorePhase.OPEN or not self._writable or self._disk_full or self._replica
+        )
 
     @property
     def phase(self) -> StorePhase:
@@ -101,4 +108,14 @@ class StoreState:
     @disk_full.setter
     def disk_full(self, disk_full: bool) -> None:
         self._disk_full = disk_full
+        self._update()
+
+    @property
+    def replica(self) -> bool:
+        """The store is a replica: puts are refused, replicated bytes are appended."""
+        return self._replica
+
+    @replica.setter
+    def replica(self, replica: bool) -> None:
+        self._replica = replica
         self._update()
