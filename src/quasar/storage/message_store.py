@@ -6,6 +6,7 @@ Layout under ``config.root_dir`` (semantics.md A2)::
     consumequeue/<topic dir>/<queue id>/<20-digit offset>   ConsumeQueue files (20-byte units)
     index/<yyyyMMddHHmmssSSS>                               IndexFiles (key -> commit log offset)
     checkpoint                                              StoreCheckpoint (4 KiB)
+    epoch                                                   EpochFile (master epochs; replication)
     abort                                                   present while open (unclean exit marker)
     lock                                                    flock'ed while open (one store per directory)
 
@@ -14,40 +15,39 @@ group commit or periodic flush, consume queue flush, reput, clean; the segment a
 ``put`` / ``wait_flushed`` / ``get`` / ``query`` on the loop thread -> ``await close()``.
 
 Threads: flush (``flush.py``), reput (``reput.py``: feeds the index, parses keys off the loop), allocate
-(``allocate.py``: the next commit log segment is created before it is needed; the loop only picks up a
-ready file, see its docstring for the bounded fallback and what remains on the loop), clean (``clean_service.py``:
-retention and the disk guard).
+(``allocate.py``: the next commit log segment is created before it is needed; the loop only picks up a ready
+file, see its docstring), clean (``clean_service.py``: retention and the disk guard).
 
 Write path: ``put`` assigns the queue's next queue offset, appends one record to the commit log (one memcpy of
 the body into the mapped segment, after reserving disk blocks) and writes the consume queue unit inline, so
 the unit exists when ``put`` returns; the index follows on the reput thread. ``put`` does not wait for the
-disk: ``wait_flushed`` does (SYNC_FLUSH: the group commit's fdatasync; ASYNC_FLUSH: at once). Futures from
-``wait_flushed`` complete in commit log offset order. ``put_batch`` appends many bodies as ordinary records in
-one call (RocketMQ ``putMessages``). Every record's bytes come from one encoder, compiled (with a pure-Python
-twin): :data:`quasar.storage.record.pack_record_into`, one record and its unit per C call, or
+disk: ``wait_flushed`` does (SYNC_FLUSH: the group commit's fdatasync; ASYNC_FLUSH: at once), in commit log
+offset order. ``put_batch`` appends many bodies as ordinary records in one call (RocketMQ ``putMessages``).
+Every record's bytes come from one encoder, compiled (with a pure-Python twin):
+:data:`quasar.storage.record.pack_record_into`, one record and its unit per C call, or
 :data:`~quasar.storage.record.pack_records_into` for a batch.
 
-Composition: the facade owns four parts and delegates to them; each gets what it needs in its constructor (the
+Composition: the facade owns five parts and delegates to them; each gets what it needs in its constructor (the
 files, and the one :class:`~quasar.storage.store_state.StoreState` holding the phase and the write gate), none
 reaches into another through ``self``:
 
 - :class:`~quasar.storage.write_path.StoreWriter`: ``put``, ``put_batch``;
 - :class:`~quasar.storage.read_path.StoreReader`: ``get``, ``get_by_offset``, ``query``, queue offsets;
-- :class:`~quasar.storage.store_flushing.StoreFlusher`: ``wait_flushed``, ``flush``, the flush threads and
-  the checkpoint;
-- :class:`~quasar.storage.clean_service.StoreRetention`: ``set_queue_min_offset``, ``clean_once``, the clean
-  thread and the disk guard.
+- :class:`~quasar.storage.store_flushing.StoreFlusher`: ``wait_flushed``, ``flush``, flush threads, checkpoint;
+- :class:`~quasar.storage.clean_service.StoreRetention`: ``set_queue_min_offset``, ``clean_once``, disk guard;
+- :class:`~quasar.storage.replica_path.StoreReplica`: ``read_commit_log``, ``append_replicated``, replica mode,
+  ``truncate_commit_log`` (RocketMQ HA; the methods come from its :class:`ReplicaFacade` base class).
 
-``put``, ``put_batch``, ``get`` and ``wait_flushed`` are bound straight onto the instance in ``__init__`` (the
-methods below document them and give mypy their signatures), so the publish and dispatch paths pay no
-delegation call. The managed ledger sees the store only through :class:`~quasar.storage.port.MessageStorePort`.
+``put``, ``put_batch``, ``get`` and ``wait_flushed`` are bound onto the instance in ``__init__`` (the methods
+below document them and give mypy their signatures): the publish and dispatch paths pay no delegation call.
+The managed ledger sees the store only through :class:`~quasar.storage.port.MessageStorePort`.
 
 **Read visibility guarantee** (what the managed ledger relies on): when ``wait_flushed(end)`` resolves for a
 put, that put's consume queue unit exists and ``get`` returns the record (the unit is written before ``put``
 returns, so before the future can exist). Query by key may lag by a few milliseconds (reput thread).
 
 Recovery at ``open()``: :func:`quasar.storage.recovery.recover` (semantics.md A6) for the commit log and consume
-queues, then the index resumes from :meth:`IndexService.recover_from`.
+queues, then the index resumes from :meth:`IndexService.recover_from`; the epoch file loads.
 """
 
 from __future__ import annotations
@@ -74,6 +74,7 @@ from quasar.storage.mapped_file import fsync_dir, offset_to_file_name
 from quasar.storage.read_path import DEFAULT_MAX_GET_BYTES, StoreReader
 from quasar.storage.record import ipv4_host
 from quasar.storage.recovery import RecoveryResult, recover
+from quasar.storage.replica_path import ReplicaFacade, StoreReplica
 from quasar.storage.reput import ReputMessageService
 from quasar.storage.results import (
     GetResult,
@@ -109,9 +110,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class MessageStore:
-    """The RocketMQ-style store: one commit log, consume queues, checkpoint, flush services. Satisfies
-    :class:`~quasar.storage.port.MessageStorePort`."""
+class MessageStore(ReplicaFacade):
+    """The RocketMQ-style store (commit log, consume queues, checkpoint, flush services; replication from its
+    base :class:`~quasar.storage.replica_path.ReplicaFacade`); a :class:`~quasar.storage.port.MessageStorePort`."""
 
     def __init__(
         self,
@@ -181,6 +182,7 @@ class MessageStore:
         )
         self._flusher = StoreFlusher(parts)
         self._retention = StoreRetention(parts, disk_usage)
+        self._replica = StoreReplica(parts, self.dispatchers, self._flusher, self._retention, self.allocator)
         # The publish and dispatch paths call the parts directly: no delegation frame per call.
         self.put = self._writer.put  # type: ignore[method-assign]  # same signature, bound once
         self.put_batch = self._writer.put_batch  # type: ignore[method-assign]  # same signature, bound once
@@ -262,6 +264,7 @@ class MessageStore:
             on_error=self._on_reput_error,
         )
         self._flusher.open(checkpoint, self.reput)
+        self._replica.open(checkpoint, self.reput)  # loads the epoch file
         self._retention.open(self.reput)
         log.info(
             "message store %s recovered in %.1f ms (%s exit; %s)",
