@@ -290,3 +290,36 @@ def test_a_killed_replicated_broker_is_restarted_and_cluster_json_follows(
     pids = cluster.member_pids()
     assert cluster.stop() == 0
     assert all_gone(pids)
+
+
+@needs_etcd
+@pytest.mark.slow
+def test_killing_the_master_elects_the_slave_and_the_restarted_master_follows(
+    cluster_factory: ClusterFactory,
+) -> None:
+    cluster = cluster_factory(brokers=1, nameservers=1, slaves=1)
+    master, slave = cluster.broker("broker-a"), cluster.broker("broker-a-1")
+
+    def roles(admin_url: str) -> dict[int, str | None]:
+        return {i: b.get("role") for i, b in live_brokers(admin_url).items()}
+
+    wait_until(lambda: roles(slave["webServiceUrl"]) == {0: "master", 1: "slave"}, timeout_s=30,
+               what="broker-a registered as master, broker-a-1 as slave")  # fmt: skip
+    epoch = live_brokers(slave["webServiceUrl"])[0]["epoch"]
+    os.kill(master["pid"], signal.SIGKILL)
+    wait_until(lambda: roles(slave["webServiceUrl"]).get(1) == "master", timeout_s=60,
+               what="broker-a-1 elected master after the lease expired")  # fmt: skip
+    assert live_brokers(slave["webServiceUrl"])[1]["epoch"] > epoch
+    wait_until(lambda: roles(slave["webServiceUrl"]) == {0: "slave", 1: "master"}, timeout_s=90,
+               what="the restarted broker-a back as broker-a-1's slave")  # fmt: skip
+    assert "restarted broker-a (pid" in cluster.stderr_text()
+    status = quasar("cluster", "status", "--data-dir", str(cluster.data_dir))
+    assert status.returncode == 0, status.stdout + status.stderr
+    lines = {line.split()[1]: line for line in status.stdout.splitlines() if line.startswith("│ broker-a")}
+    assert "master id=0" in lines["broker-a"] and "slave epoch=" in lines["broker-a"]
+    assert "slave id=1" in lines["broker-a-1"] and "master epoch=" in lines["broker-a-1"]
+    pids = cluster.member_pids()
+    assert cluster.stop() == 0
+    assert all_gone(pids)
+    log = cluster.stderr_text()
+    assert log.index("stopped broker-a ") < log.index("stopped broker-a-1")  # the live slave first

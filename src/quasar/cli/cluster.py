@@ -274,8 +274,8 @@ class _Run:
         """With replication, stop the brokers that are slaves *now* before the live masters (after a failover
         the configured order is wrong), so stopping elects nobody. Best effort: unchanged when no broker
         answers."""
-        if not any(broker.replicated for broker, _ in self.brokers):
-            return
+        if self.supervisor.signals > 1 or not any(broker.replicated for broker, _ in self.brokers):
+            return  # a second stop signal: no time for questions
         live = fetch_live_brokers(self.document("running"), timeout_s=1.0)
         if live is None:
             return
