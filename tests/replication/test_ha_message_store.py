@@ -210,3 +210,18 @@ async def test_diverged_tail_is_truncated(pair: Pair) -> None:
     finally:
         await returning.stop()
         await service.stop()
+
+
+async def test_offset_mismatch_closes_and_resyncs(pair: Pair) -> None:
+    publish(pair.master, pair.service, 10)
+    client = pair.start_client()
+    await pair.caught_up()
+    offset = pair.master.max_commit_log_offset
+    publish(pair.master, None, 3, start=10)  # not shipped yet: the replica gets the same bytes first
+    pair.replica.append_replicated(offset, pair.master.read_commit_log(offset, 1 << 20))
+    assert pair.service is not None
+    pair.service.wakeup()  # the master ships at an offset the replica already passed: close, then resync
+    await eventually(lambda: client.sessions >= 2, what="a second session")
+    publish(pair.master, pair.service, 10, start=20)
+    await pair.caught_up()
+    pair.assert_equal()
