@@ -10,7 +10,14 @@ from typing import Any
 
 import pytest
 
-from quasar.cli.cluster import BROKER_READY, BROKER_READY_HA, _broker_child, _Run
+from quasar.cli.cluster import (
+    BROKER_READY,
+    BROKER_READY_HA,
+    MASTER_RESTART_DELAY_S,
+    RESTART_DELAY_S,
+    _broker_child,
+    _Run,
+)
 from quasar.cli.cluster_layout import members, plan_cluster, previous_ports
 from quasar.cli.cluster_status import NO_ANSWER, NOT_REGISTERED, live_roles, member_status, urls_table
 from quasar.cli.cluster_supervisor import Child, RestartPolicy, Supervisor, line_probe
@@ -288,3 +295,17 @@ def test_live_roles_after_a_failover_and_when_nobody_answers() -> None:
     assert cells[3][2] == "pulsar://h:4  http://h:5  ha=h:6"
     assert cells[4][1:] == ["slave epoch=2", "master epoch=2"]
     assert re.fullmatch(r"unknown \(.*\)", NO_ANSWER)
+
+
+def test_restart_delay_is_asked_per_death_and_an_unknown_role_waits_for_the_election(tmp_path: Path) -> None:
+    lines: list[str] = []
+    child = FakeChild("broker-a", tmp_path, [1, None], restartable=True)
+    supervisor = _supervisor(lines, RestartPolicy(delay_s=99), [child], polls=20)
+    asked: list[str] = []
+    supervisor.restart_delay = lambda dead: asked.append(dead.name) or 0.0
+    supervisor.watch(lambda _child: None, poll_s=0)
+    assert asked == ["broker-a"] and child.starts == 2
+    assert "Restarting it in 0 s" in "\n".join(lines)
+    # cluster up's delay: nobody answers about live roles -> the master's (longer) delay, to let a slave win
+    run = _run_with_fake_children(_plan(tmp_path, brokers=1, slaves=1), tmp_path)
+    assert run.restart_delay(run.brokers[1][1]) == MASTER_RESTART_DELAY_S > RESTART_DELAY_S

@@ -20,9 +20,10 @@ Every child's stdout and stderr go to ``<data-dir>/logs/<name>.log``. Then ``up`
 stops the brokers, then the name servers, then etcd (SIGTERM, ``--stop-timeout`` seconds, SIGKILL) and marks
 ``cluster.json`` ``"stopped"`` (slaves stop before the masters, so stopping causes no failover). A child that
 dies meanwhile is reported; the others keep running. With ``--slaves`` >= 1 a broker that dies is started
-again after a few seconds (:class:`~quasar.cli.cluster_supervisor.RestartPolicy`: at most 5 restarts per
-broker within 10 minutes, then ``up`` gives up on that one and keeps the others); ``cluster.json`` then names
-its new pid and counts its restarts.
+again (:class:`~quasar.cli.cluster_supervisor.RestartPolicy`: at most 5 restarts per broker within 10
+minutes, then ``up`` gives up on that one and keeps the others): a slave after 3 s, the group's live master
+after 15 s, once a slave was elected in its place; ``cluster.json`` then names its new pid and counts its
+restarts.
 
 If a child exits early or is not ready in time, ``up`` prints the end of its log, stops what it started and
 exits 1 (``cluster.json`` then says ``"failed"``). Running ``up`` again on the same data directory reuses the
@@ -85,6 +86,11 @@ BROKER_READY_HA = re.compile(BROKER_READY.pattern + r" ha=(\S+)")
 CLUSTER_READY = re.compile(r"quasar cluster ready: (.+)")
 
 _ETCD_TIER, _NAMESERVER_TIER, _BROKER_TIER, _SLAVE_TIER = 0, 1, 2, 3
+#: Seconds before a dead slave is restarted.
+RESTART_DELAY_S = 3.0
+#: Seconds before a dead live master is restarted: past its etcd session lease (10 s by default) and the
+#: election of an in-sync slave.
+MASTER_RESTART_DELAY_S = 15.0
 _ETCD_LOG_LEVELS = {"DEBUG": "debug", "INFO": "info", "WARNING": "warn", "ERROR": "error"}
 _LOG_LEVEL = click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False)
 
@@ -270,6 +276,15 @@ class _Run:
                 ha = f" ha={child.ready_result.group(6)}" if broker.replicated else ""
                 report(f"{child.name} ready (pid {child.pid}): {child.ready_result.group(1)}{ha}")
 
+    def restart_delay(self, child: Child) -> float:
+        """How long to wait before restarting ``child``, a replicated broker that died: a slave after
+        :data:`RESTART_DELAY_S`; the group's live master (its registration outlives it until its etcd lease
+        expires) only after :data:`MASTER_RESTART_DELAY_S`, so an in-sync slave is elected first and the old
+        master returns as its slave rather than racing the election. Unknown role: the longer delay."""
+        live = fetch_live_brokers(self.document("running"), timeout_s=1.0)
+        role = live_roles(self.document("running"), live).get(child.name, "")
+        return RESTART_DELAY_S if role.startswith("slave") else MASTER_RESTART_DELAY_S
+
     def order_stop_by_live_role(self) -> None:
         """With replication, stop the brokers that are slaves *now* before the live masters (after a failover
         the configured order is wrong), so stopping elects nobody. Best effort: unchanged when no broker
@@ -450,10 +465,11 @@ def up(
     supervisor = Supervisor(
         lambda line: err.print(line, markup=False, soft_wrap=True),
         stop_timeout_s=stop_timeout,
-        restart_policy=RestartPolicy(),
+        restart_policy=RestartPolicy(delay_s=RESTART_DELAY_S),
     )
     supervisor.install_signal_handlers()
     run = _Run(plan, supervisor)
+    supervisor.restart_delay = run.restart_delay
     try:
         run.start(etcd_path, log_level, startup_timeout)
     except (ChildStartError, StopRequested) as exc:

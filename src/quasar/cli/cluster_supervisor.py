@@ -260,6 +260,8 @@ class Supervisor:
         poll_s: sleep between checks while waiting or watching.
         restart_policy: how restartable children are restarted (default :class:`RestartPolicy`'s).
         sleep: pauses between polls of :meth:`watch` (a test passes one that advances fake children).
+        restart_delay: seconds to wait before restarting a child that just died (called once per death);
+            None = the policy's ``delay_s``.
     """
 
     STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -272,12 +274,14 @@ class Supervisor:
         poll_s: float = 0.05,
         restart_policy: RestartPolicy | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        restart_delay: Callable[[Child], float] | None = None,
     ):
         self.report = report
         self.stop_timeout_s = stop_timeout_s
         self.poll_s = poll_s
         self.restart_policy = restart_policy or RestartPolicy()
         self.sleep = sleep
+        self.restart_delay = restart_delay
         self.children: list[Child] = []
         self.signals = 0
 
@@ -366,9 +370,10 @@ class Supervisor:
                 plan = ""
                 if child.restartable and not child.gave_up:
                     if policy.grant(child.name):
-                        due[child] = time.monotonic() + policy.delay_s
+                        delay = self.restart_delay(child) if self.restart_delay else policy.delay_s
+                        due[child] = time.monotonic() + delay
                         plan = (
-                            f" Restarting it in {policy.delay_s:g} s "
+                            f" Restarting it in {delay:g} s "
                             f"(restart {policy.recent(child.name)}, {policy.describe()})."
                         )
                     else:
