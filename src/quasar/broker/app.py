@@ -27,6 +27,7 @@ from quasar.broker.config import BrokerConfig
 from quasar.broker.loop_lag import LoopLagMonitor, add_loop_lag_route
 from quasar.broker.metadata_migration import migrate_legacy_metadata
 from quasar.broker.policies import BacklogQuota, PolicyDefaults
+from quasar.broker.replication_port import ReplicationPort
 from quasar.broker.server_cnx import ServerCnx
 from quasar.broker.subscription import SubscriptionOptions
 from quasar.ledger.config import ManagedLedgerConfig
@@ -35,6 +36,7 @@ from quasar.metadata import MetadataStore
 from quasar.metadata.sqlite import SqliteMetadataStore
 from quasar.metadata.stores import open_metadata_store
 from quasar.storage.message_store import FlushDiskType, MessageStore, StoreConfig
+from quasar.storage.port import MessageStorePort
 
 log = logging.getLogger(__name__)
 
@@ -120,10 +122,18 @@ class BrokerApp:
     the admin metadata (tenants, namespaces, policies, partitioned topics) and, for a cluster, placement and
     membership live in the store of ``config.metadata_store_url`` (etcd), or in the same sqlite database
     when none is given.
+
+    Replicated (``replication`` given, ``quasar.replication.node.ReplicaNode``): the store opens in replica
+    mode and the broker serves as a slave (no topic) until replication calls :meth:`serve_as_master`; the
+    managed ledgers use the ports replication returns (replicated store, journaled metadata).
     """
 
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, *, replication: ReplicationPort | None = None) -> None:
         self.config = config
+        self.replication = replication
+        self._ledger_store: MessageStorePort | None = None
+        self._ledger_metadata: MetadataStore | None = None
+        self._role_lock = asyncio.Lock()
         self.store: MessageStore | None = None
         self.metadata: SqliteMetadataStore | None = None
         self.cluster_metadata: MetadataStore | None = None
@@ -190,6 +200,18 @@ class BrokerApp:
             service_url=self.service_url,
             web_service_url=self.web_service_url,
             listeners=parse_advertised_listeners(config.advertised_listeners),
+            role="slave" if self.replication is not None else "",
+            ha_address=self.replication.ha_address if self.replication is not None else "",
+        )
+
+    def _ledger_config(self) -> ManagedLedgerConfig:
+        config = self.config
+        return ManagedLedgerConfig(
+            max_entries_per_ledger=config.managed_ledger_max_entries_per_ledger,
+            min_ledger_rollover_time_ms=config.managed_ledger_min_ledger_rollover_time_ms,
+            max_size_per_ledger_bytes=config.managed_ledger_max_size_per_ledger_mb * 1024 * 1024,
+            max_ledger_rollover_time_ms=config.managed_ledger_max_ledger_rollover_time_ms,
+            cursor_persist_interval_ms=config.managed_ledger_cursor_persist_interval_ms,
         )
 
     async def start(self) -> None:
@@ -205,6 +227,10 @@ class BrokerApp:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, store.open)
         self.store = store
+        if self.replication is not None:
+            store.set_replica_mode(
+                True
+            )  # a slave until elected: nothing is written before the epoch is known
         await store.start()
         self.metadata = await SqliteMetadataStore.open(data_dir / "metadata.db")
         await migrate_legacy_metadata(self.metadata)
@@ -214,18 +240,14 @@ class BrokerApp:
                 config.metadata_store_url, default_sqlite_path=data_dir / "metadata.db"
             )
             admin_metadata = self.cluster_metadata
-        self.factory = ManagedLedgerFactory(
-            store,
-            self.metadata,
-            ManagedLedgerConfig(
-                max_entries_per_ledger=config.managed_ledger_max_entries_per_ledger,
-                min_ledger_rollover_time_ms=config.managed_ledger_min_ledger_rollover_time_ms,
-                max_size_per_ledger_bytes=config.managed_ledger_max_size_per_ledger_mb * 1024 * 1024,
-                max_ledger_rollover_time_ms=config.managed_ledger_max_ledger_rollover_time_ms,
-                cursor_persist_interval_ms=config.managed_ledger_cursor_persist_interval_ms,
-            ),
-        )
-        await self.factory.start()
+        ledger_store: MessageStorePort = store
+        ledger_metadata: MetadataStore = self.metadata
+        if self.replication is not None:
+            ledger_store, ledger_metadata = await self.replication.open(store, self.metadata, admin_metadata)
+        self._ledger_store, self._ledger_metadata = ledger_store, ledger_metadata
+        self.factory = ManagedLedgerFactory(ledger_store, ledger_metadata, self._ledger_config())
+        if self.replication is None:
+            await self.factory.start()
         service = BrokerService(
             self.factory,
             admin_metadata,
@@ -294,6 +316,51 @@ class BrokerApp:
         self._admin_runner = web.AppRunner(admin_app, access_log=None)
         await self._admin_runner.setup()
         await web.SockSite(self._admin_runner, admin_socket).start()
+        if self.replication is not None:
+            await self.replication.start(self)
+
+    # ------------------------------------------------------------------ replication roles
+    async def serve_as_master(self, epoch: int) -> None:
+        """Replication elected this broker master of its group under ``epoch`` (its store accepts puts now):
+        open the managed ledgers and register as master, so lookups send clients here. Raises the ledger's
+        MetadataError or the metadata port's errors."""
+        async with self._role_lock:
+            assert self.service is not None and self.factory is not None
+            await self.factory.start()
+            if self.member is not None:
+                await self.member.membership.set_role("master", epoch)
+                for callback in self.member.on_topics_changed:
+                    callback()
+            log.info("serving as the master of broker group %s (epoch %d)", self.config.broker_name, epoch)
+
+    async def serve_as_slave(self, epoch: int) -> None:
+        """This broker is (again) a slave of its group under ``epoch``: register as slave, disconnect every
+        client (they look their topics up again and reach the master), close the topics and the managed
+        ledgers, and keep a fresh, unstarted factory for a later promotion."""
+        async with self._role_lock:
+            assert self.service is not None and self.factory is not None
+            if self.member is not None:
+                try:
+                    await self.member.membership.set_role("slave", epoch)
+                except Exception as exc:  # noqa: BLE001  # the periodic report registers the new role later
+                    log.warning("slave registration not written yet: %s", exc)
+                for callback in self.member.on_topics_changed:
+                    callback()
+            for cnx in list(self.connections):
+                cnx.close("this broker is no longer the master of its broker group")
+            await self.service.close()
+            self.service.topics.clear()
+            old = self.factory
+            assert self._ledger_store is not None and self._ledger_metadata is not None
+            self.factory = ManagedLedgerFactory(
+                self._ledger_store, self._ledger_metadata, self._ledger_config()
+            )
+            self.service.factory = self.factory
+            try:
+                await old.close()
+            except Exception:  # logged; the old ledgers are dropped either way
+                log.exception("closing the managed ledgers after the step-down failed")
+            log.info("serving as a slave of broker group %s (epoch %d)", self.config.broker_name, epoch)
 
     async def stop(self) -> None:
         """Close listeners and connections, persist cursor state, flush and checkpoint storage."""
@@ -313,12 +380,14 @@ class BrokerApp:
         # let in-flight persistence finish so every sent receipt stays true
         await asyncio.sleep(0)
         await self.loop_lag.stop()
-        if self.member is not None:
-            await self.member.stop()
         if self.service is not None:
             await self.service.close()
         if self.factory is not None:
-            await self.factory.close()
+            await self.factory.close()  # the last cursor states are journaled to the slaves too
+        if self.replication is not None:
+            await self.replication.stop()  # resign: an in-sync slave takes over at once
+        if self.member is not None:
+            await self.member.stop()
         if self.store is not None:
             await self.store.close()
         if self.metadata is not None:

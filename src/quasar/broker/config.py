@@ -97,7 +97,8 @@ class BrokerConfig:
       (ASYNC_MASTER | SYNC_MASTER | SLAVE; "" = no replication) is the role a broker starts in: the group's
       first master bootstraps it, later the role follows the group's elected leader in etcd;
       ``promoted_role`` (SYNC_MASTER) is how a SLAVE serves once elected; ``ha_port`` (10912; 0 = free) the HA
-      listener; ``ha_send_heartbeat_interval_s`` (5), ``ha_housekeeping_interval_s`` (20),
+      listener, ``ha_advertised_address`` (``host:port`` the slaves dial, when a NAT or proxy sits between;
+      "" = advertised host and ``ha_port``); ``ha_send_heartbeat_interval_s`` (5), ``ha_housekeeping_interval_s`` (20),
       ``ha_transfer_batch_size`` (32 KiB), ``ha_max_gap_not_in_sync`` (256 MiB),
       ``ha_max_time_slave_not_catchup_s`` (15), ``slave_timeout_s`` (3): RocketMQ's HA defaults;
       ``in_sync_replicas`` (0 = 2 for SYNC_MASTER, 1 otherwise; counting the master),
@@ -181,6 +182,7 @@ class BrokerConfig:
     broker_role: str = ""
     promoted_role: str = "SYNC_MASTER"
     ha_port: int = 10912
+    ha_advertised_address: str = ""
     ha_send_heartbeat_interval_s: float = 5.0
     ha_housekeeping_interval_s: float = 20.0
     ha_transfer_batch_size: int = 32768

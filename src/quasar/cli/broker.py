@@ -10,12 +10,14 @@ module is the composition root that joins the two: the broker package never impo
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from pathlib import Path
 
 import click
 
 from quasar.broker.app import BrokerApp
+from quasar.broker.config import BrokerConfig
 from quasar.cli.standalone import Companion, install_event_loop_policy, load_config, serve, setup_logging
 
 log = logging.getLogger("quasar")
@@ -26,12 +28,56 @@ REGISTER_PERIOD_BOUNDS_S = (10.0, 60.0)
 
 def ready_line(app: BrokerApp) -> str:
     """The readiness line ``quasar broker`` prints once it serves (tools such as ``quasar cluster up`` wait
-    for it): ``quasar broker ready: pulsar://H:P http://H:A cluster=NAME group=G id=N``."""
+    for it): ``quasar broker ready: pulsar://H:P http://H:A cluster=NAME group=G id=N``, followed by
+    `` ha=H:P`` for a replicated broker."""
     config = app.config
-    return (
+    line = (
         f"quasar broker ready: {app.service_url} {app.web_service_url}"
         f" cluster={config.cluster_name} group={config.broker_name} id={config.broker_id}"
     )
+    if app.replication is not None:
+        line += f" ha={app.replication.ha_address}"
+    return line
+
+
+def make_app(config: BrokerConfig) -> BrokerApp:
+    """The broker of ``config``, replicated (``quasar.replication.node.ReplicaNode``) when ``broker_role`` is
+    set."""
+    if not config.broker_role:
+        return BrokerApp(config)
+    from quasar.replication.config import BrokerRole, ReplicationConfig
+    from quasar.replication.node import ReplicaNode
+
+    replication = ReplicationConfig(
+        broker_role=BrokerRole(config.broker_role),
+        ha_port=config.ha_port,
+        ha_send_heartbeat_interval_s=config.ha_send_heartbeat_interval_s,
+        ha_housekeeping_interval_s=config.ha_housekeeping_interval_s,
+        ha_transfer_batch_size=config.ha_transfer_batch_size,
+        ha_max_gap_not_in_sync=config.ha_max_gap_not_in_sync,
+        ha_max_time_slave_not_catchup_s=config.ha_max_time_slave_not_catchup_s,
+        slave_timeout_s=config.slave_timeout_s,
+        in_sync_replicas=config.in_sync_replicas
+        or (
+            2
+            if BrokerRole.SYNC_MASTER in (BrokerRole(config.broker_role), BrokerRole(config.promoted_role))
+            else 1
+        ),
+        min_in_sync_replicas=config.min_in_sync_replicas,
+        enable_auto_in_sync_replicas=config.enable_auto_in_sync_replicas,
+    )
+    node = ReplicaNode(
+        group=config.broker_name,
+        broker_id=config.broker_id,
+        config=replication,
+        promoted_role=BrokerRole(config.promoted_role),
+        host=config.host,
+        advertised_host=config.advertised_address or config.host,
+        advertised_ha_address=config.ha_advertised_address,
+        snapshot_interval_s=config.state_snapshot_interval_s,
+        unclean=config.enable_elect_unclean_master,
+    )
+    return BrokerApp(config, replication=node)
 
 
 def _registrar(app: BrokerApp) -> list[Companion]:
@@ -61,6 +107,19 @@ def _registrar(app: BrokerApp) -> list[Companion]:
         period_s=min(max(config.register_name_server_period_s, low), high),
     )
     app.member.on_topics_changed.append(registrar.topics_changed)
+    if app.replication is not None:
+        member = app.member
+
+        def role_changed() -> None:  # RocketMQ: the master registers as broker id 0, slaves with ids > 0
+            me = member.me
+            taken = {b.broker_id for b in member.membership.all_brokers() if b.group == me.group and b != me}
+            slave_id = me.broker_id or min(i for i in range(1, len(taken) + 2) if i not in taken)
+            registrar.identity = dataclasses.replace(
+                registrar.identity, broker_id=0 if me.is_master else slave_id, ha_server_addr=me.ha_address
+            )
+            registrar.topics_changed()
+
+        member.on_topics_changed.append(role_changed)
     return [registrar]
 
 
@@ -90,6 +149,16 @@ def _registrar(app: BrokerApp) -> list[Companion]:
     "--broker-id", type=int, default=0, show_default=True, help="0 = the group's master, >0 = a slave."
 )
 @click.option("--nameservers", default=None, help="Name servers to register with, 'host:port;host:port'.")
+@click.option(
+    "--broker-role",
+    type=click.Choice(["ASYNC_MASTER", "SYNC_MASTER", "SLAVE"]),
+    default=None,
+    help="Replicate the group's commit log (RocketMQ brokerRole): the role this broker starts in; after a"
+    " failover the role follows the group's elected master [default: no replication].",
+)
+@click.option(
+    "--ha-port", type=int, default=None, help="HA (replication) listener port; 0 = a free port [10912]."
+)
 @click.option(
     "--metadata-store",
     "metadata_store_url",
@@ -127,6 +196,8 @@ def broker(
     broker_name: str,
     broker_id: int,
     nameservers: str | None,
+    broker_role: str | None,
+    ha_port: int | None,
     metadata_store_url: str,
     advertised_address: str | None,
     advertised_listeners: str | None,
@@ -147,6 +218,8 @@ def broker(
             "broker_name": broker_name,
             "broker_id": broker_id,
             "nameservers": nameservers,
+            "broker_role": broker_role,
+            "ha_port": ha_port,
             "metadata_store_url": metadata_store_url,
             "advertised_address": advertised_address,
             "advertised_listeners": advertised_listeners,
@@ -158,4 +231,4 @@ def broker(
             "a cluster broker needs a shared metadata store: --metadata-store etcd://host:port"
         )
     install_event_loop_policy()
-    asyncio.run(serve(config, ready_line, companions=_registrar))
+    asyncio.run(serve(config, ready_line, companions=_registrar, make_app=make_app))

@@ -33,11 +33,12 @@ async def serve(
     ready_line: Callable[[BrokerApp], str],
     *,
     companions: Callable[[BrokerApp], list[Companion]] = lambda app: [],
+    make_app: Callable[[BrokerConfig], BrokerApp] = BrokerApp,
 ) -> None:
     """Run ``BrokerApp(config)`` until SIGTERM/SIGINT: start it, then each companion (e.g. the name-server
     registrar of ``quasar broker``), print ``ready_line(app)`` on stdout (tests and tools wait for it), and
     on the signal stop the companions (in reverse) and the broker."""
-    app = BrokerApp(config)
+    app = make_app(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -128,6 +128,12 @@ class HAClient:
         """True when the last handshake found no common epoch with local data (replication refused)."""
         return self._diverged
 
+    @property
+    def busy_off_loop(self) -> bool:
+        """A truncation or an epoch-file write runs in a thread now: readers of the store (the state journal's
+        applier) wait until it is over, since the files they would read are being cut."""
+        return self._blocking is not None and not self._blocking.done()
+
     def start(self) -> None:
         """Start the replication task (loop thread). Raises RuntimeError when already started."""
         if self._task is not None:

@@ -153,6 +153,20 @@ class HAService:
         if waiter is not None and not waiter.done():
             waiter.cancel()
 
+    def become_master(self, sync_state_set: frozenset[int]) -> None:
+        """This broker was elected master: start from the group's recorded sync-state set (RocketMQ 5: the
+        new master's set is itself until slaves catch up), forget a previous term's acks and fencing, and
+        count every recorded member as caught up now (the not-catch-up clock starts at the promotion)."""
+        now = asyncio.get_running_loop().time()
+        self._confirmed_set = frozenset(sync_state_set) | {self.broker_id}
+        self._adding = frozenset()
+        self._fenced = False
+        self._acked.clear()
+        self._grow_candidates.clear()
+        self._last_caught_up = dict.fromkeys(self._confirmed_set, now)
+        self._started_at = now
+        self._maintain.set()
+
     def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self._stopping:
             writer.close()
@@ -304,11 +318,13 @@ class HAService:
 
     async def _maintain_loop(self) -> None:
         interval = min(1.0, self._config.ha_max_time_slave_not_catchup_s / 4)
-        while not self._fenced:
+        while True:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(interval):
                     await self._maintain.wait()
             self._maintain.clear()
+            if self._fenced or not self.serving():  # a slave, or a fenced master: nothing to maintain
+                continue
             try:
                 await self._grow()
                 await self._shrink()

@@ -57,6 +57,7 @@ from quasar.metadata.port import (
 )
 from quasar.replication.errors import ReplicationError
 from quasar.storage.message_store import MessageStore
+from quasar.storage.port import MessageStorePort
 from quasar.storage.status import GetStatus, PutStatus
 
 __all__ = [
@@ -88,6 +89,7 @@ OP_PUT, OP_DELETE, OP_DELETE_RECURSIVE = 1, 2, 3
 MAX_RECORD_BYTES = 1 << 20
 """Journal records are cut at about 1 MiB (a snapshot spans several records)."""
 MAX_PATH_BYTES = 65535
+_RESET = 1 << 62
 
 _HEADER = struct.Struct(">4sI")
 _OP = struct.Struct(">BH")
@@ -175,13 +177,14 @@ class JournaledMetadataStore:
     """The local metadata store of a replicated broker's managed-ledger layer (see the module docstring).
 
     Satisfies :class:`~quasar.metadata.port.MetadataStore` by delegating to ``inner``; writes under
-    :data:`JOURNALED_ROOTS` that succeed are appended to ``store`` as journal records, then awaited with
-    ``replicated``. A journal record that cannot be appended or replicated is logged and the write still
-    succeeds (it is durable locally; the next write of the same state and the periodic snapshot carry it):
-    raising would fence the managed ledger over a slave's hiccup.
+    :data:`JOURNALED_ROOTS` that succeed are appended to ``store`` as journal records (through the replicated
+    store, whose puts wake the HA channel), then awaited with ``replicated``. A journal record that cannot be
+    appended or replicated is logged and the write still succeeds (it is durable locally; the next write of
+    the same state and the periodic snapshot carry it): raising would fence the managed ledger over a slave's
+    hiccup.
     """
 
-    def __init__(self, inner: MetadataStore, store: MessageStore, replicated: Replicated) -> None:
+    def __init__(self, inner: MetadataStore, store: MessageStorePort, replicated: Replicated) -> None:
         self._inner = inner
         self._store = store
         self._replicated = replicated
@@ -297,12 +300,21 @@ class JournalApplier:
     """Applies the journal a slave receives to its local store (see the module docstring). Loop thread.
 
     :meth:`start` runs an owned task that applies new records whenever :meth:`wakeup` is called (the HA
-    client after each append) or every ``poll_s``; :meth:`drain` applies everything stored now (before a
-    promoted slave opens its managed ledgers); :meth:`stop` cancels the task.
+    client after each append) or every ``poll_s``, except while ``paused()`` (the HA client truncates);
+    :meth:`drain` applies everything stored now (before a promoted slave opens its managed ledgers);
+    :meth:`stop` cancels the task.
     """
 
-    def __init__(self, store: MessageStore, metadata: MetadataStore, *, poll_s: float = 0.2) -> None:
+    def __init__(
+        self,
+        store: MessageStore,
+        metadata: MetadataStore,
+        *,
+        poll_s: float = 0.2,
+        paused: Callable[[], bool] = lambda: False,
+    ) -> None:
         self._store = store
+        self._paused = paused
         self._metadata = metadata
         self._poll_s = poll_s
         self._wakeup = asyncio.Event()
@@ -324,6 +336,11 @@ class JournalApplier:
                 await self._task
             self._task = None
 
+    def reset(self) -> None:
+        """Forget what was applied: the next drain clears the journaled roots and applies the whole journal
+        (a broker that becomes a slave: its own state may hold a tail the new master never had)."""
+        self.next_offset = _RESET
+
     def wakeup(self) -> None:
         if not self._wakeup.is_set():
             self._wakeup.set()
@@ -331,7 +348,8 @@ class JournalApplier:
     async def _run(self) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), self._poll_s)
+                async with asyncio.timeout(self._poll_s):
+                    await self._wakeup.wait()
             self._wakeup.clear()
             try:
                 await self.drain()
@@ -346,16 +364,23 @@ class JournalApplier:
 
     async def _drain(self) -> int:
         store = self._store
+        if self._paused():  # the store is being truncated under us: the next wakeup applies
+            return 0
         if self.next_offset is None:
             found = await self._metadata.get(APPLIED_OFFSET_PATH)
             self.next_offset = int(decode_json(APPLIED_OFFSET_PATH, found.value)) if found else 0
         end = store.max_queue_offset(JOURNAL_TOPIC, 0)
         if self.next_offset > end:  # the journal was truncated below what was applied: start over
-            log.warning(
-                "state journal: applied up to %d but the journal ends at %d (truncated); re-applying it",
-                self.next_offset,
-                end,
-            )
+            if self.next_offset == _RESET:
+                log.info(
+                    "state journal: rebuilding the ledger and cursor state from the journal (%d records)", end
+                )
+            else:
+                log.warning(
+                    "state journal: applied up to %d but the journal ends at %d (truncated); re-applying it",
+                    self.next_offset,
+                    end,
+                )
             for root in JOURNALED_ROOTS:
                 await self._metadata.delete_recursive(root)
             self.next_offset = 0

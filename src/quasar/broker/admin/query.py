@@ -68,7 +68,10 @@ def pulsar_entry_keys(topic: str, body: memoryview) -> list[str]:
     :func:`quasar.protocol.entry_keys.entry_keys`, compiled, one pass over the entry with the GIL released on
     large entries and no Python object per message (no CRC or required-field check: that happened on
     publish). Raises the protocol layer's errors (MalformedFrameError, MalformedBatchError,
-    CompressionError) on a malformed entry; the store counts and skips those."""
+    CompressionError) on a malformed entry; the store counts and skips those. Records of queues that are not
+    managed ledgers of Pulsar topics (e.g. replication's state journal) have no keys."""
+    if not topic.startswith(("persistent://", "non-persistent://")):
+        return []
     return entry_keys(body)
 
 
