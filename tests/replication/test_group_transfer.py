@@ -45,17 +45,31 @@ class FakeAcks:
 
 
 def sync_config(**overrides: object) -> object:
-    return fast_config(broker_role=BrokerRole.SYNC_MASTER, slave_timeout_s=0.2, **overrides)
+    return fast_config(**{"broker_role": BrokerRole.SYNC_MASTER, "slave_timeout_s": 0.2, **overrides})
 
 
-async def test_alone_answers_at_once_and_no_slave_is_not_available() -> None:
+async def test_alone_answers_at_once_and_no_slave_is_not_available_after_the_timeout() -> None:
     acks = FakeAcks()
     answers: list[PutStatus] = []
     GroupTransfer(acks, fast_config()).wait(10, answers.append)  # ASYNC config: needAckNums 1
+    assert answers == [OK]
     transfer = GroupTransfer(acks, sync_config())
     transfer.wait(10, answers.append)
-    assert answers == [OK, PutStatus.SLAVE_NOT_AVAILABLE]
+    assert answers == [OK]  # no slave in sync: the wait gives one a chance (slave_timeout_s) ...
+    await eventually(lambda: len(answers) == 2, timeout_s=2)
+    assert answers == [OK, PutStatus.SLAVE_NOT_AVAILABLE]  # ... then refuses clearly
     assert transfer.need_ack_nums() == 2
+
+
+async def test_a_slave_back_within_the_timeout_completes_the_waits() -> None:
+    acks = FakeAcks()
+    transfer = GroupTransfer(acks, sync_config(slave_timeout_s=5.0))
+    answers: list[PutStatus] = []
+    transfer.wait(10, answers.append)
+    acks.connected_slaves = frozenset({1})
+    acks.in_sync = 1
+    acks.ack(1, 10)
+    assert answers == [OK]
 
 
 async def test_waits_complete_in_offset_order_on_acks() -> None:
@@ -98,7 +112,19 @@ async def test_timeout_with_one_timer_and_order_kept_for_decided_answers() -> No
     transfer.wait(20, lambda s: answers.append((20, s)))
     assert answers == []
     await eventually(lambda: len(answers) == 2, timeout_s=2)
-    assert answers == [(10, PutStatus.FLUSH_SLAVE_TIMEOUT), (20, PutStatus.SLAVE_NOT_AVAILABLE)]
+    # at the deadline no replica is in sync any more: both are refused as SLAVE_NOT_AVAILABLE, in order
+    assert answers == [(10, PutStatus.SLAVE_NOT_AVAILABLE), (20, PutStatus.SLAVE_NOT_AVAILABLE)]
+
+
+async def test_an_in_sync_slave_that_does_not_ack_times_out() -> None:
+    acks = FakeAcks()
+    acks.connected_slaves = frozenset({1})
+    acks.in_sync = 1
+    transfer = GroupTransfer(acks, sync_config())
+    answers: list[PutStatus] = []
+    transfer.wait(10, answers.append)
+    await eventually(lambda: len(answers) == 1, timeout_s=2)
+    assert answers == [PutStatus.FLUSH_SLAVE_TIMEOUT]
 
 
 async def test_auto_in_sync_replicas() -> None:

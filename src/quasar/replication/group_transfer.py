@@ -8,10 +8,16 @@ offset (bytes). needAckNums (replicas that must hold the bytes, the master count
   count (1 + slaves connected and less than ``ha_max_gap_not_in_sync`` behind), but at least
   ``min_in_sync_replicas``;
 * needAckNums <= 1: PUT_OK at once;
-* fewer in-sync replicas than needAckNums: SLAVE_NOT_AVAILABLE at once;
 * otherwise PUT_OK once every slave of the sync-state set acked ``>= next_offset`` *and* at least
-  needAckNums - 1 slaves did (so a receipt implies the confirm offset passed it); FLUSH_SLAVE_TIMEOUT after
-  ``slave_timeout_s``.
+  needAckNums - 1 slaves did (so a receipt implies the confirm offset passed it); after ``slave_timeout_s``
+  without that: SLAVE_NOT_AVAILABLE when fewer replicas than needAckNums are in sync at that moment, else
+  FLUSH_SLAVE_TIMEOUT.
+
+RocketMQ answers SLAVE_NOT_AVAILABLE at once when too few replicas are in sync, and its producer retries
+another broker. A Pulsar client answers any SEND_ERROR by reconnecting and resending at once (the C++ client
+every 100 ms, without its send timeout firing), so an immediate refusal would spin; waiting up to
+``slave_timeout_s`` instead bounds that loop to one attempt per timeout, and a slave that comes back within it
+(a short network blip) completes the waiting sends without any error.
 
 Grouped like group commit: waits are kept in offset order in one deque, completed in order from its head on
 each ack (the :class:`~quasar.replication.ha_service.HAService` ``on_ack`` listener), with one timer for the
@@ -94,6 +100,10 @@ class GroupTransfer:
             need = max(min(need, 1 + self._ha.in_sync_slave_count()), config.min_in_sync_replicas)
         return need
 
+    def replicas_available(self) -> bool:
+        """Whether enough replicas are in sync now for a wait to succeed (needAckNums <= 1 + in-sync slaves)."""
+        return self.need_ack_nums() <= 1 + self._ha.in_sync_slave_count()
+
     def wait(self, next_offset: int, callback: TransferCallback) -> None:
         """``callback(status)`` once the replicas hold the commit log up to ``next_offset`` (bytes), or at once
         when the answer is already known and no earlier wait is pending (then before this returns)."""
@@ -102,11 +112,9 @@ class GroupTransfer:
             return
         need = self.need_ack_nums()
         status: PutStatus | None = None
-        if need <= 1:
-            status = PutStatus.PUT_OK
-        elif 1 + self._ha.in_sync_slave_count() < need:
-            status = PutStatus.SLAVE_NOT_AVAILABLE
-        elif self._acked_by_enough(next_offset, need):
+        if need <= 1 or (
+            1 + self._ha.in_sync_slave_count() >= need and self._acked_by_enough(next_offset, need)
+        ):
             status = PutStatus.PUT_OK
         requests = self._requests
         if status is not None and not requests:
@@ -165,7 +173,10 @@ class GroupTransfer:
                 if self._acked_by_enough(next_offset, need):
                     status = PutStatus.PUT_OK
                 elif deadline <= now + _CLOCK_SLACK_S:
-                    status = PutStatus.FLUSH_SLAVE_TIMEOUT
+                    in_sync = 1 + self._ha.in_sync_slave_count()
+                    status = (
+                        PutStatus.SLAVE_NOT_AVAILABLE if in_sync < need else PutStatus.FLUSH_SLAVE_TIMEOUT
+                    )
                 else:
                     break
             requests.popleft()

@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from quasar.metadata.errors import MetadataStoreError
@@ -43,6 +43,7 @@ from quasar.replication.state_journal import APPLIED_OFFSET_PATH, JournalApplier
 from quasar.replication.store_adapter import ReplicatedStore
 from quasar.storage.message_store import MessageStore
 from quasar.storage.port import MessageStorePort
+from quasar.storage.status import PutStatus
 
 __all__ = ["ReplicaNode", "ServingBroker"]
 
@@ -155,9 +156,7 @@ class ReplicaNode:
         await self._ha_service.start(self._host, self.config.ha_port)
         self._adapter = adapter = ReplicatedStore(store, self._ha_service, None)
         # a lambda: the adapter's wait changes when a promotion turns the group transfer on
-        self._journaled = JournaledMetadataStore(
-            local_metadata, adapter, lambda end: adapter.wait_flushed(end)
-        )
+        self._journaled = JournaledMetadataStore(local_metadata, adapter, self._journal_replicated)
         self._journaled.enabled = False
         self._applier = JournalApplier(
             store,
@@ -224,6 +223,16 @@ class ReplicaNode:
             return False
         self.state = changed
         return True
+
+    def _journal_replicated(self, end: int) -> Awaitable[PutStatus]:
+        """How long a journal record is waited for: the local flush, and the in-sync replicas when enough are
+        in sync now (SYNC_MASTER); without them it does not wait for the slave timeout: the entries that depend
+        on the record wait for (or fail on) the same replicas, and their acks cover the record too."""
+        assert self._adapter is not None and self._store is not None
+        transfer = self._transfer
+        if transfer is None or transfer.replicas_available():
+            return self._adapter.wait_flushed(end)
+        return self._store.wait_flushed(end)
 
     def _epoch_source(self) -> int | None:
         """The epoch the HA service serves under: this broker's while master, None (NOT_MASTER) otherwise."""
@@ -343,7 +352,14 @@ class ReplicaNode:
             if self.config.broker_role is not BrokerRole.SLAVE
             else self._promoted_role
         )
-        self._adapter.group_transfer = self._transfer if role is BrokerRole.SYNC_MASTER else None
+        assert self._ha_service is not None
+        self._ha_service.become_master(state.sync_state_set if state is not None else frozenset())
+        if self._transfer is not None:
+            self._transfer.close()
+        self._transfer = (
+            GroupTransfer(self._ha_service, self.config) if role is BrokerRole.SYNC_MASTER else None
+        )
+        self._adapter.group_transfer = self._transfer
         store.set_replica_mode(False)
         self._journaled.enabled = True
         with contextlib.suppress(MetadataStoreError):
@@ -358,7 +374,7 @@ class ReplicaNode:
             store.max_commit_log_offset,
         )
         await self._broker.serve_as_master(epoch)
-        self._ha_service.wakeup()  # type: ignore[union-attr]
+        self._ha_service.wakeup()
         self._notify()
         try:
             await self._journaled.snapshot()

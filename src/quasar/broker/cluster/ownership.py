@@ -86,6 +86,8 @@ class ClusterOwnership:
 
     def _pick_group(self) -> str:
         groups = self.membership.live_groups()
+        if not groups:  # e.g. every group is between two masters (a failover): the client retries
+            raise ServiceNotReadyError("no broker group has a live master to place the topic on")
         rates = {b.group: b.msg_rate_in for b in self.membership.all_brokers() if b.is_master}
         return choose_groups(1, groups, self.placement.counts(), rates)[0]
 
