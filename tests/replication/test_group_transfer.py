@@ -177,3 +177,18 @@ async def test_replicated_store_chains_flush_then_transfer() -> None:
     assert await waiting is OK
     store.flush_status = PutStatus.FLUSH_DISK_TIMEOUT
     assert await adapter.wait_flushed(store.max_commit_log_offset) is PutStatus.FLUSH_DISK_TIMEOUT
+
+
+async def test_needacknums_one_still_waits_for_a_listed_member_of_the_sync_state_set() -> None:
+    acks = FakeAcks()
+    acks.sync_state_set = frozenset({0, 1})  # slave 1 is listed (electable) but disconnected
+    transfer = GroupTransfer(acks, sync_config(enable_auto_in_sync_replicas=True, min_in_sync_replicas=1))
+    assert transfer.need_ack_nums() == 1
+    answers: list[PutStatus] = []
+    transfer.wait(10, answers.append)
+    assert answers == []  # a receipt now could be lost if slave 1 were elected
+    await eventually(lambda: len(answers) == 1, timeout_s=2)
+    assert answers == [PutStatus.FLUSH_SLAVE_TIMEOUT]
+    acks.sync_state_set = frozenset({0})  # the master shrank the set: alone, it answers at once
+    transfer.wait(20, answers.append)
+    assert answers == [PutStatus.FLUSH_SLAVE_TIMEOUT, OK]

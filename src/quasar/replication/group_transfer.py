@@ -7,7 +7,9 @@ offset (bytes). needAckNums (replicas that must hold the bytes, the master count
 * ``in_sync_replicas``; with ``enable_auto_in_sync_replicas`` the smaller of that and the current in-sync
   count (1 + slaves connected and less than ``ha_max_gap_not_in_sync`` behind), but at least
   ``min_in_sync_replicas``;
-* needAckNums <= 1: PUT_OK at once;
+* needAckNums <= 1 and the sync-state set is the master alone: PUT_OK at once (a member of the set may be
+  elected, so while the set still lists a slave, even needAckNums 1 waits for it: allAckInSyncStateSet; the
+  master shrinks the set after ``ha_max_time_slave_not_catchup_s``);
 * otherwise PUT_OK once every slave of the sync-state set acked ``>= next_offset`` *and* at least
   needAckNums - 1 slaves did (so a receipt implies the confirm offset passed it); after ``slave_timeout_s``
   without that: SLAVE_NOT_AVAILABLE when fewer replicas than needAckNums are in sync at that moment, else
@@ -112,7 +114,8 @@ class GroupTransfer:
             return
         need = self.need_ack_nums()
         status: PutStatus | None = None
-        if need <= 1 or (
+        alone = self._ha.sync_state_set <= {self._ha.broker_id}
+        if (need <= 1 and alone) or (
             1 + self._ha.in_sync_slave_count() >= need and self._acked_by_enough(next_offset, need)
         ):
             status = PutStatus.PUT_OK
