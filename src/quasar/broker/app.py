@@ -18,7 +18,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from quasar.broker.admin import build_admin_app
+from quasar.broker.admin import build_admin_app, replication_routes
 from quasar.broker.admin.query import MESSAGE_STORE, pulsar_entry_keys
 from quasar.broker.broker_service import BrokerService
 from quasar.broker.cluster.member import ClusterMember
@@ -310,6 +310,7 @@ class BrokerApp:
         await self._server.start_serving()
 
         admin_app = build_admin_app(service)
+        replication_routes.register(admin_app, self.replication)
         admin_app[MESSAGE_STORE] = store  # for the query-by-key handler (broker/admin/query.py)
         add_loop_lag_route(admin_app, self.loop_lag)
         self.loop_lag.start()

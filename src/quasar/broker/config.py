@@ -96,9 +96,10 @@ class BrokerConfig:
     - replication (``quasar.replication``, docs/replication.md; RocketMQ's names): ``broker_role``
       (ASYNC_MASTER | SYNC_MASTER | SLAVE; "" = no replication) is the role a broker starts in: the group's
       first master bootstraps it, later the role follows the group's elected leader in etcd;
-      ``promoted_role`` (SYNC_MASTER) is how a SLAVE serves once elected; ``ha_port`` (10912; 0 = free) the HA
-      listener, ``ha_advertised_address`` (``host:port`` the slaves dial, when a NAT or proxy sits between;
-      "" = advertised host and ``ha_port``); ``ha_send_heartbeat_interval_s`` (5), ``ha_housekeeping_interval_s`` (20),
+      ``promoted_role`` ("" = as the master it followed last, SYNC_MASTER when it saw none) is how a SLAVE
+      serves once elected; ``ha_port`` (10912; 0 = free) the HA listener, ``ha_advertised_address``
+      (``host:port`` the slaves dial, when a NAT or proxy sits between; "" = advertised host and
+      ``ha_port``); ``ha_send_heartbeat_interval_s`` (5), ``ha_housekeeping_interval_s`` (20),
       ``ha_transfer_batch_size`` (32 KiB), ``ha_max_gap_not_in_sync`` (256 MiB),
       ``ha_max_time_slave_not_catchup_s`` (15), ``slave_timeout_s`` (3): RocketMQ's HA defaults;
       ``in_sync_replicas`` (0 = 2 for SYNC_MASTER, 1 otherwise; counting the master),
@@ -180,7 +181,7 @@ class BrokerConfig:
     load_report_interval_s: float = 5.0
     # replication (quasar.replication, RocketMQ's HA settings; docs/replication.md)
     broker_role: str = ""
-    promoted_role: str = "SYNC_MASTER"
+    promoted_role: str = ""
     ha_port: int = 10912
     ha_advertised_address: str = ""
     ha_send_heartbeat_interval_s: float = 5.0
@@ -237,7 +238,7 @@ class BrokerConfig:
             raise ValueError(
                 f"broker_role must be ASYNC_MASTER, SYNC_MASTER or SLAVE, got {self.broker_role!r}"
             )
-        if self.promoted_role not in ("ASYNC_MASTER", "SYNC_MASTER"):
+        if self.promoted_role not in ("", "ASYNC_MASTER", "SYNC_MASTER"):
             raise ValueError(f"promoted_role must be ASYNC_MASTER or SYNC_MASTER, got {self.promoted_role!r}")
         if self.broker_role and not (self.broker_name and self.metadata_store_url.startswith("etcd://")):
             raise ValueError(

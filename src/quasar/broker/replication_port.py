@@ -9,7 +9,7 @@ a slave (close every topic and connection, register as slave).
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from quasar.metadata import MetadataStore
 from quasar.storage.message_store import MessageStore
@@ -51,6 +51,16 @@ class ReplicationPort(Protocol):
     async def start(self, broker: ServingBroker) -> None:
         """Called once the broker serves its listeners as a slave: decide this broker's role in its group (etcd)
         and call ``broker.serve_as_master`` / ``serve_as_slave`` now and whenever it changes."""
+        ...
+
+    def status(self) -> dict[str, Any]:
+        """This broker's replication status as JSON-able values (``GET /admin/v2/replication``): at least
+        ``role`` ("starting" / "master" / "slave" / "stopped"), ``epoch``, ``group``, ``brokerId``."""
+        ...
+
+    async def request_failover(self) -> str | None:
+        """Manual switch on the master: resign so an in-sync slave is elected. None when done, else why it
+        was refused (not the master, no slave in sync)."""
         ...
 
     async def stop(self) -> None:

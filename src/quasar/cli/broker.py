@@ -57,12 +57,8 @@ def make_app(config: BrokerConfig) -> BrokerApp:
         ha_max_gap_not_in_sync=config.ha_max_gap_not_in_sync,
         ha_max_time_slave_not_catchup_s=config.ha_max_time_slave_not_catchup_s,
         slave_timeout_s=config.slave_timeout_s,
-        in_sync_replicas=config.in_sync_replicas
-        or (
-            2
-            if BrokerRole.SYNC_MASTER in (BrokerRole(config.broker_role), BrokerRole(config.promoted_role))
-            else 1
-        ),
+        # used by a SYNC_MASTER only (a promoted slave may become one): 2 unless configured
+        in_sync_replicas=config.in_sync_replicas or 2,
         min_in_sync_replicas=config.min_in_sync_replicas,
         enable_auto_in_sync_replicas=config.enable_auto_in_sync_replicas,
     )
@@ -70,7 +66,7 @@ def make_app(config: BrokerConfig) -> BrokerApp:
         group=config.broker_name,
         broker_id=config.broker_id,
         config=replication,
-        promoted_role=BrokerRole(config.promoted_role),
+        promoted_role=BrokerRole(config.promoted_role) if config.promoted_role else None,
         host=config.host,
         advertised_host=config.advertised_address or config.host,
         advertised_ha_address=config.ha_advertised_address,

@@ -14,6 +14,7 @@ def main() -> None:
 
 
 def _register() -> None:
+    from quasar.cli.admin import admin
     from quasar.cli.broker import broker
     from quasar.cli.cluster import cluster
     from quasar.cli.demo import demo
@@ -27,6 +28,7 @@ def _register() -> None:
     main.add_command(query)
     main.add_command(nameserver)
     main.add_command(cluster)
+    main.add_command(admin)
 
 
 _register()

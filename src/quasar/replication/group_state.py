@@ -147,14 +147,20 @@ class LeaderInfo:
     address: str
     since_ms: int
     version: int = 0
+    role: str = ""
+    """How the master replicates: ``SYNC_MASTER`` or ``ASYNC_MASTER`` ("" when not recorded); a slave
+    promoted later serves the same way unless configured otherwise."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "broker_id": self.broker_id,
             "epoch": self.epoch,
             "address": self.address,
             "since_ms": self.since_ms,
         }
+        if self.role:
+            doc["role"] = self.role
+        return doc
 
     @classmethod
     def from_json(cls, data: Any, version: int) -> LeaderInfo:
@@ -163,7 +169,12 @@ class LeaderInfo:
             address = data["address"]
             if not isinstance(address, str):
                 raise TypeError("address is not a string")
-            return cls(_int(data["broker_id"]), _int(data["epoch"]), address, _int(data["since_ms"]), version)
+            role = data.get("role", "")
+            if not isinstance(role, str):
+                raise TypeError("role is not a string")
+            return cls(
+                _int(data["broker_id"]), _int(data["epoch"]), address, _int(data["since_ms"]), version, role
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise GroupStateError(f"malformed group leader key {data!r}: {exc!r}") from None
 
@@ -206,6 +217,8 @@ class GroupLeadership:
         self.group = group
         self.broker_id = broker_id
         self.address = address
+        self.role = ""
+        """Written into the leader key when this broker acquires the leadership (``LeaderInfo.role``)."""
         self.state_path = state_path(group)
         self.leader_path = leader_path(group)
         self._master_epoch: int | None = None
@@ -317,7 +330,7 @@ class GroupLeadership:
             sync_state_set_epoch=1 if state is None else state.sync_state_set_epoch + 1,
             version=0 if state is None else state.version + 1,
         )
-        info = LeaderInfo(self.broker_id, new.epoch, self.address, int(time.time() * 1000))
+        info = LeaderInfo(self.broker_id, new.epoch, self.address, int(time.time() * 1000), role=self.role)
         ops = [
             Put(self.leader_path, encode_json(info.to_json()), -1, ephemeral=True),
             Put(self.state_path, encode_json(new.to_json()), -1 if state is None else state.version),

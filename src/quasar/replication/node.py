@@ -29,13 +29,13 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from quasar.metadata.errors import MetadataStoreError
 from quasar.metadata.port import MetadataStore
 from quasar.replication.config import BrokerRole, ReplicationConfig
 from quasar.replication.election import campaign_rank
-from quasar.replication.group_state import GroupLeadership, GroupState, LeaderInfo
+from quasar.replication.group_state import GroupLeadership, GroupState, GroupStateError, LeaderInfo
 from quasar.replication.group_transfer import GroupTransfer
 from quasar.replication.ha_client import HAClient
 from quasar.replication.ha_service import HAService
@@ -66,7 +66,8 @@ class ReplicaNode:
 
     ``group`` / ``broker_id``:
     this broker's group and stable id; ``config.broker_role``: the role it starts in (a master bootstraps a
-    group nobody started yet; a SLAVE never does); ``promoted_role``: how it serves once elected;
+    group nobody started yet; a SLAVE never does); ``promoted_role``: how a SLAVE serves once elected (None:
+    as the master it followed last, from its leader key; SYNC_MASTER when it never saw one);
     ``host``: the HA listener's bind and advertised address; ``snapshot_interval_s``: how often a master
     journals its full ledger/cursor state again; ``unclean``: RocketMQ enableElectUncleanMaster.
     """
@@ -77,7 +78,7 @@ class ReplicaNode:
         group: str,
         broker_id: int,
         config: ReplicationConfig,
-        promoted_role: BrokerRole = BrokerRole.SYNC_MASTER,
+        promoted_role: BrokerRole | None = None,
         host: str = "127.0.0.1",
         advertised_host: str = "",
         advertised_ha_address: str = "",
@@ -89,6 +90,7 @@ class ReplicaNode:
         self.broker_id = broker_id
         self.config = config
         self._promoted_role = promoted_role
+        self._learned_role: BrokerRole | None = None
         self._host = host
         self._advertised_host = advertised_host or host
         self._advertised_ha_address = advertised_ha_address
@@ -151,6 +153,7 @@ class ReplicaNode:
             group=self.group,
             epoch_source=self._epoch_source,
             config=self.config,
+            broker_id=self.broker_id,
             sync_state_set_store=self,
         )
         await self._ha_service.start(self._host, self.config.ha_port)
@@ -174,6 +177,7 @@ class ReplicaNode:
         self._leadership = leadership = GroupLeadership(
             self._cluster, self.group, self.broker_id, address=self.ha_address
         )
+        leadership.role = self._master_role().value
         leadership.on_leadership_lost(self._on_leadership_lost)
         leadership.watch(self._on_change)
         state, leader = await leadership.read()
@@ -206,11 +210,74 @@ class ReplicaNode:
         if self._ha_service is not None:
             await self._ha_service.stop()
 
-    async def request_failover(self) -> None:
+    async def request_failover(self) -> str | None:
         """Manual switch (``quasar admin broker-group failover``): this master resigns and an in-sync slave
-        takes over. Raises NotMasterError / NothingToFailOverError from ``group_state``."""
-        assert self._leadership is not None
-        await self._leadership.request_failover()
+        takes over (this broker holds off campaigning meanwhile). None when done, else why it was refused
+        (``NotMasterError`` / ``NothingToFailOverError`` of ``group_state``, or the store being unreachable)."""
+        if self._leadership is None:
+            return "replication is not started"
+        try:
+            await self._leadership.request_failover()
+        except (GroupStateError, MetadataStoreError) as exc:
+            return str(exc)
+        log.warning(
+            "broker group %s: manual failover requested; broker %d resigned", self.group, self.broker_id
+        )
+        return None
+
+    def status(self) -> dict[str, Any]:
+        """This broker's replication status, JSON-able (``GET /admin/v2/replication``)."""
+        store = self._store
+        doc: dict[str, Any] = {
+            "group": self.group,
+            "brokerId": self.broker_id,
+            "role": self.role,
+            "epoch": self.epoch,
+            "brokerRole": self.config.broker_role.value,
+            "haAddress": self.ha_address,
+            "maxOffset": store.max_commit_log_offset if store is not None else 0,
+            "epochs": [[e.epoch, e.start_offset] for e in store.epoch_file.entries]
+            if store is not None
+            else [],
+        }
+        if self.state is not None:
+            doc["syncStateSet"] = sorted(self.state.sync_state_set)
+            doc["syncStateSetEpoch"] = self.state.sync_state_set_epoch
+        if self.leader is not None:
+            doc["leader"] = {
+                "brokerId": self.leader.broker_id,
+                "epoch": self.leader.epoch,
+                "address": self.leader.address,
+            }
+        ha = self._ha_service
+        if self.role == "master" and ha is not None:
+            doc["syncStateSet"] = sorted(ha.sync_state_set)
+            doc["confirmOffset"] = ha.confirm_offset
+            doc["slaves"] = {
+                str(broker_id): {
+                    "connected": broker_id in ha.connected_slaves,
+                    "ackedOffset": offset,
+                    "inSync": ha.is_slave_in_sync(broker_id),
+                }
+                for broker_id, offset in sorted(ha.acked_offsets.items())
+            }
+            doc["syncReplication"] = self._transfer is not None
+        client = self._ha_client
+        if client is not None:
+            doc["haClient"] = {
+                "connected": client.connected,
+                "masterEpoch": client.master_epoch,
+                "confirmOffset": client.confirm_offset,
+                "diverged": client.diverged,
+            }
+        if self._journaled is not None and self._applier is not None:
+            doc["stateJournal"] = {
+                "recordsWritten": self._journaled.records_written,
+                "recordsFailed": self._journaled.records_failed,
+                "recordsApplied": self._applier.records_applied,
+                "recordsRejected": self._applier.records_rejected,
+            }
+        return doc
 
     # ------------------------------------------------------------------ SyncStateSetStore (for HAService)
     async def alter(self, new_set: frozenset[int]) -> bool:
@@ -233,6 +300,13 @@ class ReplicaNode:
         if transfer is None or transfer.replicas_available():
             return self._adapter.wait_flushed(end)
         return self._store.wait_flushed(end)
+
+    def _master_role(self) -> BrokerRole:
+        """How this broker serves as master: its configured master role; for a SLAVE the configured
+        ``promoted_role``, else the role of the master it followed last, else SYNC_MASTER."""
+        if self.config.broker_role is not BrokerRole.SLAVE:
+            return self.config.broker_role
+        return self._promoted_role or self._learned_role or BrokerRole.SYNC_MASTER
 
     def _epoch_source(self) -> int | None:
         """The epoch the HA service serves under: this broker's while master, None (NOT_MASTER) otherwise."""
@@ -326,6 +400,7 @@ class ReplicaNode:
             return
         if now < self._vacancy_since + rank * ELECTION_BACKOFF_S:
             return  # a better-placed candidate goes first (the wait is _campaign_delay)
+        self._leadership.role = self._master_role().value
         won = await self._leadership.try_acquire(bootstrap=bootstrap, unclean=self._unclean)
         if won is not None:
             self._vacancy_since = None
@@ -347,11 +422,7 @@ class ReplicaNode:
         if last is None or last.epoch < epoch:
             epochs.append(epoch, store.max_commit_log_offset)
         self.epoch = epoch
-        role = (
-            self.config.broker_role
-            if self.config.broker_role is not BrokerRole.SLAVE
-            else self._promoted_role
-        )
+        role = self._master_role()
         assert self._ha_service is not None
         self._ha_service.become_master(state.sync_state_set if state is not None else frozenset())
         if self._transfer is not None:
@@ -422,6 +493,8 @@ class ReplicaNode:
         elif self.role == "starting":
             await self._become_slave(leader.epoch)
         self.epoch = max(self.epoch, leader.epoch)
+        if leader.role in (BrokerRole.SYNC_MASTER.value, BrokerRole.ASYNC_MASTER.value):
+            self._learned_role = BrokerRole(leader.role)
         host, _, port = leader.address.rpartition(":")
         target = (host, int(port))
         if self._ha_client is not None and self._ha_client_target == target:
