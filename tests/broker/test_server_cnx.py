@@ -61,6 +61,7 @@ class FakeService:
     """Just what the command families use; topic loading waits for ``gate``."""
 
     broker_service_url = "pulsar://test:6650"
+    read_only: str | None = None
 
     def __init__(self) -> None:
         self.gate = asyncio.Event()

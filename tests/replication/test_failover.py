@@ -17,6 +17,7 @@ from pathlib import Path
 import pulsar
 import pytest
 
+import quasar.client as quasar_client
 from quasar.testing.etcd import etcd_available
 from quasar.testing.fault_proxy import FaultProxy
 from tests.replication._group import ReplicatedGroup, free_port, http, wait_until
@@ -290,9 +291,7 @@ def test_emptied_slave_catches_up_to_identical_bytes(tmp_path: Path, client_of: 
         group.brokers[1].restart()
         end = group.replication(0)["maxOffset"]
         wait_until(
-            lambda: group.replication(0).get("slaves", {}).get("1", {}).get("ackedOffset", -1) >= end,
-            60,
-            "the emptied slave caught up",
+            lambda: group.replication(1).get("maxOffset", -1) >= end, 60, "the emptied slave caught up"
         )
         assert group.replication(1)["maxOffset"] == end
         master, slave = group.commit_log_bytes(0, end), group.commit_log_bytes(1, end)
@@ -323,3 +322,66 @@ def test_manual_failover_moves_the_master_to_the_in_sync_slave(
         assert code in (204, 409), body
     finally:
         group.stop()
+
+
+def test_slave_serves_reads_when_no_slave_can_be_elected(
+    tmp_path: Path, client_of: list[pulsar.Client]
+) -> None:
+    """The slave left the in-sync set (cut link), then the master dies: nobody may be elected, so the slave
+    serves consumers from its copy and refuses publishing; the old master's return ends it."""
+    ha_port = free_port()
+    proxy = FaultProxy(("127.0.0.1", ha_port)).start()
+    group = ReplicatedGroup(
+        tmp_path,
+        slaves=1,
+        master_ha_port=ha_port,
+        master_settings=f'ha_advertised_address = "{proxy.address}"\n',
+    )
+    try:
+        group.start()
+        group.wait_in_sync(0, 2)
+        client = _client(group, client_of)
+        topic = "persistent://public/default/slave-read"
+        client.subscribe(topic, "sub").close()  # the subscription exists, its backlog is read later
+        producer = client.create_producer(topic, batching_enabled=False)
+        for n in range(20):
+            producer.send(str(n).encode())
+        wait_until(
+            lambda: group.replication(1).get("maxOffset") == group.replication(0)["maxOffset"], 20, "copied"
+        )
+        proxy.cut()
+        wait_until(lambda: group.replication(0).get("syncStateSet") == [0], 20, "the slave left the set")
+        group.brokers[0].kill()
+        wait_until(lambda: group.replication(1).get("slaveRead") is True, 30, "the slave serves reads")
+
+        reader_client = _client(group, client_of)
+        consumer = reader_client.subscribe(topic, "sub")
+        got = [int(consumer.receive(10_000).data()) for _ in range(20)]
+        assert got == list(range(20))
+        with pytest.raises(pulsar.Timeout):  # ServiceNotReady: the official client retries until its timeout
+            impatient = pulsar.Client(group.url, operation_timeout_seconds=3, logger=_QUIET)
+            client_of.append(impatient)
+            impatient.create_producer(topic)
+        ours = quasar_client.Client(str(group.brokers[1].service_url), operation_timeout_seconds=3)
+        try:  # Quasar's client shows the broker's reason
+            with pytest.raises(
+                Exception, match="no master and none can be elected now: publishing is refused"
+            ):
+                ours.create_producer(topic)
+        finally:
+            ours.close()
+        assert group.replication(1)["role"] == "slave"
+
+        proxy.restore()
+        group.brokers[0].restart()  # in the set: elected again; the slave follows and stops serving reads
+        group.wait_master(timeout_s=30)
+        wait_until(lambda: group.replication(1).get("slaveRead") is False, 30, "slave reads ended")
+        producer2 = reader_client.create_producer(topic, batching_enabled=False)
+        group.wait_in_sync(group.master_index() or 0, 2)
+        producer2.send(b"20")
+        # acks given to the slave stayed on it (at-least-once): the master may deliver 0..19 again, then 20
+        seen = [int(consumer.receive(15_000).data()) for _ in range(21)]
+        assert seen[-1] == 20 or 20 in seen
+    finally:
+        group.stop()
+        proxy.stop()

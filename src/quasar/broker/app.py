@@ -327,12 +327,32 @@ class BrokerApp:
         MetadataError or the metadata port's errors."""
         async with self._role_lock:
             assert self.service is not None and self.factory is not None
+            self.service.read_only = None
             await self.factory.start()
             if self.member is not None:
                 await self.member.membership.set_role("master", epoch)
                 for callback in self.member.on_topics_changed:
                     callback()
             log.info("serving as the master of broker group %s (epoch %d)", self.config.broker_name, epoch)
+
+    async def serve_slave_reads(self, epoch: int) -> None:
+        """The group has no master and replication cannot elect one (no in-sync slave): serve its topics'
+        consumers and readers from this slave's copy (RocketMQ's slave read) and refuse publishing and new
+        topics with a clear error, until a master is back (:meth:`serve_as_slave`) or this broker is elected."""
+        async with self._role_lock:
+            assert self.service is not None and self.factory is not None
+            group = self.config.broker_name
+            self.service.read_only = (
+                f"broker group {group} has no master and none can be elected now: publishing is refused"
+                " until one is back; its slave serves reads"
+            )
+            await self.factory.start()
+            if self.member is not None:
+                try:
+                    await self.member.membership.set_role("slave", epoch, slave_read=True)
+                except Exception as exc:  # noqa: BLE001  # the periodic report registers it later
+                    log.warning("slave-read registration not written yet: %s", exc)
+            log.warning("broker group %s has no master: this slave serves reads (publishing refused)", group)
 
     async def serve_as_slave(self, epoch: int) -> None:
         """This broker is (again) a slave of its group under ``epoch``: register as slave, disconnect every
@@ -351,6 +371,7 @@ class BrokerApp:
                 cnx.close("this broker is no longer the master of its broker group")
             await self.service.close()
             self.service.topics.clear()
+            self.service.read_only = None
             old = self.factory
             assert self._ledger_store is not None and self._ledger_metadata is not None
             self.factory = ManagedLedgerFactory(

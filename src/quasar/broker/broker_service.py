@@ -25,6 +25,7 @@ from quasar.broker.errors import (
     ConsumerBusyError,
     NamespaceNotFoundError,
     NotAllowedError,
+    ServiceNotReadyError,
     TopicNotFoundError,
 )
 from quasar.broker.non_persistent import NonPersistentTopic
@@ -75,6 +76,9 @@ class BrokerService:
         max_consumers_per_subscription: int = 0,
     ) -> None:
         self.factory = factory
+        self.read_only: str | None = None
+        """Why publishing and creating topics are refused (a slave serving reads of a masterless group);
+        None when they are not."""
         self.resources = BrokerResources(metadata)
         self.cluster_name = cluster_name
         self.broker_service_url = ""  # set once the listener is bound
@@ -292,6 +296,8 @@ class BrokerService:
         if pending is None:
             if not create and name not in self.factory.names():
                 raise TopicNotFoundError(f"Topic {name} does not exist")
+            if self.read_only is not None and name not in self.factory.names():
+                raise ServiceNotReadyError(self.read_only)
             pending = asyncio.create_task(self._load_topic(topic), name=f"load-topic:{name}")
             self._loading[name] = pending
             pending.add_done_callback(functools.partial(self._load_done, name))

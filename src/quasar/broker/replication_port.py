@@ -26,6 +26,11 @@ class ServingBroker(Protocol):
         master epoch ``epoch``. Raises the ledger's or the metadata port's errors."""
         ...
 
+    async def serve_slave_reads(self, epoch: int) -> None:
+        """The group has no master and none can be elected: serve reads from this slave's copy and refuse
+        publishing (RocketMQ's slave read) until :meth:`serve_as_slave` or :meth:`serve_as_master`."""
+        ...
+
     async def serve_as_slave(self, epoch: int) -> None:
         """Stop serving topics (clients reconnect and look the topic up at the new master), close the managed
         ledgers, and register as a slave under ``epoch``. Never raises for a client or topic failure."""

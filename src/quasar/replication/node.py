@@ -18,7 +18,10 @@ The node owns, for its broker:
               snapshot;
   step-down   the store refuses puts at once (a master whose lease is gone must not receipt anything) ->
               journal off -> ``broker.serve_as_slave(epoch)`` -> local state cleared and re-applied from the
-              journal -> follow the new master.
+              journal -> follow the new master;
+  slave read  no leader and this slave cannot be elected (not in the sync-state set): ``broker.
+              serve_slave_reads(epoch)`` serves consumers and readers from its copy and refuses publishing
+              (RocketMQ's slave read) until a master is back (then ``serve_as_slave``) or it is elected.
 
 Every task it starts is owned here and cancelled by :meth:`ReplicaNode.stop`.
 """
@@ -59,6 +62,8 @@ class ServingBroker(Protocol):
     async def serve_as_master(self, epoch: int) -> None: ...
 
     async def serve_as_slave(self, epoch: int) -> None: ...
+
+    async def serve_slave_reads(self, epoch: int) -> None: ...
 
 
 class ReplicaNode:
@@ -115,6 +120,7 @@ class ReplicaNode:
         self._tasks: set[asyncio.Task[None]] = set()
         self._changes = asyncio.Queue[tuple[GroupState | None, LeaderInfo | None]]()
         self._vacancy_since: float | None = None
+        self._slave_reads = False
         self._runner: asyncio.Task[None] | None = None
         self._snapshotter: asyncio.Task[None] | None = None
         self.on_role_changed: list[Callable[[str, int], None]] = []
@@ -233,6 +239,7 @@ class ReplicaNode:
             "brokerId": self.broker_id,
             "role": self.role,
             "epoch": self.epoch,
+            "slaveRead": self._slave_reads,
             "brokerRole": self.config.broker_role.value,
             "haAddress": self.ha_address,
             "maxOffset": store.max_commit_log_offset if store is not None else 0,
@@ -396,6 +403,10 @@ class ReplicaNode:
             self._vacancy_since = now
         bootstrap = state is None and self.config.broker_role is not BrokerRole.SLAVE
         rank = campaign_rank(state, self.broker_id, bootstrap=bootstrap, unclean=self._unclean)
+        if rank is None and state is not None and not self._slave_reads and self.role == "slave":
+            # no master and this slave cannot be elected: serve reads from its copy (RocketMQ slave read)
+            self._slave_reads = True
+            await self._broker.serve_slave_reads(self.epoch)  # type: ignore[union-attr]
         if rank is None or self._leadership.hold_off_remaining_s() > 0:
             return
         if now < self._vacancy_since + rank * ELECTION_BACKOFF_S:
@@ -409,6 +420,7 @@ class ReplicaNode:
     async def _promote(self, state: GroupState | None) -> None:
         assert self._store is not None and self._broker is not None and self._journaled is not None
         assert self._applier is not None and self._adapter is not None and self._local is not None
+        await self._end_slave_reads(state.epoch if state is not None else self.epoch)
         epoch = state.epoch if state is not None else self._leadership.master_epoch or 0  # type: ignore[union-attr]
         self.state = state
         if self._ha_client is not None:
@@ -487,7 +499,16 @@ class ReplicaNode:
         self._applier.start()
         self._notify()
 
+    async def _end_slave_reads(self, epoch: int) -> None:
+        """Leave slave-read mode: its topics close and its managed ledgers are dropped (a master is back)."""
+        if self._slave_reads:
+            self._slave_reads = False
+            assert self._broker is not None
+            await self._broker.serve_as_slave(epoch)
+            log.info("broker group %s: broker %d stops serving slave reads", self.group, self.broker_id)
+
     async def _follow(self, leader: LeaderInfo) -> None:
+        await self._end_slave_reads(leader.epoch)
         if self.role == "master":
             await self._step_down(leader.epoch)
         elif self.role == "starting":

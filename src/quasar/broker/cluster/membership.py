@@ -104,16 +104,17 @@ class ClusterMembership:
             groups.add(self.me.group)
         return sorted(groups)
 
-    async def set_role(self, role: str, epoch: int, *, ha_address: str | None = None) -> None:
+    async def set_role(self, role: str, epoch: int, *, slave_read: bool = False) -> None:
         """Register again at once as ``role`` ("master" / "slave") under master epoch ``epoch`` (replication:
-        a promotion or a step-down). Raises the port's MetadataStoreError (the periodic report retries)."""
-        self.me = replace(
-            self.me,
-            role=role,
-            epoch=epoch,
-            ha_address=self.me.ha_address if ha_address is None else ha_address,
-        )
+        a promotion or a step-down), ``slave_read`` when this slave serves reads of a masterless group.
+        Raises the port's MetadataStoreError (the periodic report retries)."""
+        self.me = replace(self.me, role=role, epoch=epoch, slave_read=slave_read)
         await self._register()
+
+    def slave_reader_of(self, group: str) -> BrokerInfo | None:
+        """A live slave of ``group`` serving reads while the group has no master (the lowest broker id)."""
+        readers = [b for b in self.all_brokers() if b.group == group and b.slave_read and not b.is_master]
+        return readers[0] if readers else None
 
     def all_brokers(self) -> list[BrokerInfo]:
         """Every live broker, sorted by (group, id)."""

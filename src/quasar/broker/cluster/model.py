@@ -95,6 +95,9 @@ class BrokerInfo:
     """The group's master epoch this broker serves under (replication; 0 without)."""
     ha_address: str = ""
     """``host:port`` of this broker's HA listener (a master's slaves connect there); "" without replication."""
+    slave_read: bool = False
+    """A slave serving reads while its group has no master and none can be elected (RocketMQ's slave read):
+    lookups send consumers and readers here; publishing is refused."""
 
     def __post_init__(self) -> None:
         if not self.role:
@@ -137,6 +140,7 @@ class BrokerInfo:
             "msgRateIn": self.msg_rate_in,
             "epoch": self.epoch,
             "haAddress": self.ha_address,
+            "slaveRead": self.slave_read,
         }
 
     @classmethod
@@ -158,6 +162,7 @@ class BrokerInfo:
             role=str(value.get("role", "")),
             epoch=int(value.get("epoch", 0)),
             ha_address=str(value.get("haAddress", "")),
+            slave_read=bool(value.get("slaveRead", False)),
         )
 
 

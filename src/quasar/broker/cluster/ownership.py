@@ -11,8 +11,9 @@ fixed placement:
   ``authoritative`` set, and a broker asked authoritatively places the topic on itself (Pulsar's redirect
   to the broker the load manager picked, which then takes ownership). An authoritative lookup is never
   redirected again, which breaks redirect loops;
-- the owning group without a live master: ServiceNotReady (retriable: the client retries until its
-  operation timeout; the replication issue promotes a slave meanwhile).
+- the owning group without a live master: ``Connect`` to a slave of the group serving reads (RocketMQ's slave
+  read, while no slave can be elected), else ServiceNotReady (retriable: the client retries until its
+  operation timeout; replication elects a slave meanwhile).
 
 A broker asked to serve (PRODUCER, SUBSCRIBE, admin) a topic placed on another group refuses with
 ServiceNotReady, so the client looks the topic up again (Pulsar: "namespace bundle not served by this
@@ -79,7 +80,7 @@ class ClusterOwnership:
                     if master is not None:
                         return self._answer(master, listener, LookupKind.REDIRECT, authoritative=True)
                 group = await self.placement.claim(topic, self.me.group)
-        master = self.membership.master_of(group)
+        master = self.membership.master_of(group) or self.membership.slave_reader_of(group)
         if master is None:
             raise no_master(group)
         return self._answer(master, listener, LookupKind.CONNECT, authoritative=authoritative)
@@ -101,6 +102,8 @@ class ClusterOwnership:
         """Return when this broker (its group's master) may serve ``topic``; a topic not placed yet is
         claimed for this group when ``claim``. Raises ServiceNotReadyError otherwise."""
         group = self.placement.group_of(topic)
+        if group is None and claim and not self.me.is_master and self.me.slave_read:
+            raise no_master(self.me.group)  # a slave serving reads creates nothing
         if group is None and claim:
             group = await self.placement.claim(topic, self.me.group)
         if group is not None and group != self.me.group:
@@ -108,7 +111,7 @@ class ClusterOwnership:
                 f"Topic {topic.full_name} is served by broker group {group}, not by this broker"
                 f" ({self.me.group}); look it up again"
             )
-        if not self.me.is_master:
+        if not self.me.is_master and not self.me.slave_read:
             raise ServiceNotReadyError(
                 f"this broker is a slave of group {self.me.group}; topics are served by its master: look it up again"
             )
