@@ -63,6 +63,9 @@ class FakeService:
     broker_service_url = "pulsar://test:6650"
     read_only: str | None = None
 
+    def write_refusal(self) -> str | None:
+        return None
+
     def __init__(self) -> None:
         self.gate = asyncio.Event()
         self.topic = NonPersistentTopic(TopicName.parse(TOPIC))

@@ -192,3 +192,14 @@ async def test_needacknums_one_still_waits_for_a_listed_member_of_the_sync_state
     acks.sync_state_set = frozenset({0})  # the master shrank the set: alone, it answers at once
     transfer.wait(20, answers.append)
     assert answers == [PutStatus.FLUSH_SLAVE_TIMEOUT, OK]
+
+
+async def test_writes_are_refused_before_the_append_once_an_outage_outlasts_the_slave_timeout() -> None:
+    acks = FakeAcks()
+    transfer = GroupTransfer(acks, sync_config(slave_timeout_s=0.2))
+    assert transfer.refuses_writes() is False  # the outage starts: stored, and waits (a blip)
+    await asyncio.sleep(0.3)
+    assert transfer.refuses_writes() is True  # it lasts: refused before anything is appended
+    acks.connected_slaves = frozenset({1})
+    acks.in_sync = 1
+    assert transfer.refuses_writes() is False

@@ -4,6 +4,7 @@ a slave's local store, byte for byte the same values; truncation re-applies; bad
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given
@@ -70,13 +71,18 @@ async def store(tmp_path: Path):  # type: ignore[no-untyped-def]
     await message_store.close()
 
 
+def _sink(store: MessageStore) -> SimpleNamespace:
+    """The journal's sink on a bare store (the broker gives it the replicated store)."""
+    return SimpleNamespace(put_unchecked=store.put)
+
+
 async def _flushed(store: MessageStore, end: int) -> PutStatus:
     return await store.wait_flushed(end)
 
 
 async def test_master_writes_are_applied_on_the_slave_store(store: MessageStore) -> None:
     master_local = MemoryMetadataStore()
-    journaled = JournaledMetadataStore(master_local, store, lambda end: _flushed(store, end))
+    journaled = JournaledMetadataStore(master_local, _sink(store), lambda end: _flushed(store, end))
     await journaled.put("/managed-ledgers/t", b'{"ledgers": [1]}')
     await journaled.put("/cursors/t/sub", b'{"mark_delete": [1, 5]}')
     await journaled.put("/cursors/t/old", b"x")
@@ -103,7 +109,7 @@ async def test_master_writes_are_applied_on_the_slave_store(store: MessageStore)
 
 async def test_snapshot_rejournals_every_value(store: MessageStore) -> None:
     master_local = MemoryMetadataStore()
-    journaled = JournaledMetadataStore(master_local, store, lambda end: _flushed(store, end))
+    journaled = JournaledMetadataStore(master_local, _sink(store), lambda end: _flushed(store, end))
     await master_local.put("/managed-ledgers/a", b"A")  # written before journaling was on
     await master_local.put("/cursors/a/s1", b"S1")
     await master_local.put("/cursors/a/s2", b"S2")
@@ -115,7 +121,7 @@ async def test_snapshot_rejournals_every_value(store: MessageStore) -> None:
 
 
 async def test_disabled_journal_writes_locally_only(store: MessageStore) -> None:
-    journaled = JournaledMetadataStore(MemoryMetadataStore(), store, lambda end: _flushed(store, end))
+    journaled = JournaledMetadataStore(MemoryMetadataStore(), _sink(store), lambda end: _flushed(store, end))
     journaled.enabled = False
     await journaled.put("/cursors/t/s", b"1")
     assert store.max_queue_offset(JOURNAL_TOPIC, 0) == 0
@@ -136,7 +142,7 @@ async def test_bad_records_are_skipped_and_counted(store: MessageStore) -> None:
 async def test_applier_restarts_from_its_persisted_offset_and_reapplies_after_truncation(
     store: MessageStore,
 ) -> None:
-    journaled = JournaledMetadataStore(MemoryMetadataStore(), store, lambda end: _flushed(store, end))
+    journaled = JournaledMetadataStore(MemoryMetadataStore(), _sink(store), lambda end: _flushed(store, end))
     await journaled.put("/cursors/t/s", b"1")
     slave_local = MemoryMetadataStore()
     await JournalApplier(store, slave_local).drain()

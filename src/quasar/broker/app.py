@@ -311,6 +311,8 @@ class BrokerApp:
 
         admin_app = build_admin_app(service)
         replication_routes.register(admin_app, self.replication)
+        if self.replication is not None:
+            service.write_refusal = self.replication.write_refusal
         admin_app[MESSAGE_STORE] = store  # for the query-by-key handler (broker/admin/query.py)
         add_loop_lag_route(admin_app, self.loop_lag)
         self.loop_lag.start()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from quasar.broker.cluster.model import LookupAnswer, LookupKind, UnknownListenerError
@@ -76,6 +77,9 @@ class BrokerService:
         max_consumers_per_subscription: int = 0,
     ) -> None:
         self.factory = factory
+        self.write_refusal: Callable[[], str | None] = lambda: None
+        """Why a new producer is refused now (a SYNC_MASTER without an in-sync slave: replication's
+        ``write_refusal``), or None."""
         self.read_only: str | None = None
         """Why publishing and creating topics are refused (a slave serving reads of a masterless group);
         None when they are not."""

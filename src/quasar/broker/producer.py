@@ -10,6 +10,7 @@ released from the head.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,6 +37,13 @@ PublishCallback = Callable[[Position | None, BaseException | None], None]
 def _later(op: _PendingSend, position: Position | None, error: BaseException | None) -> None:
     """Answer ``op`` on the next loop iteration, as a store's answer would come (receipts keep send order)."""
     asyncio.get_running_loop().call_soon(op, position, error)
+
+
+log = logging.getLogger(__name__)
+
+_REPLICAS_UNAVAILABLE = frozenset({"SLAVE_NOT_AVAILABLE", "FLUSH_SLAVE_TIMEOUT"})
+"""Store statuses of a SYNC_MASTER whose replicas did not take an entry (quasar.replication): answered by closing
+the producer, not with SEND_ERROR."""
 
 
 class ProducerConnection(Protocol):
@@ -217,6 +225,14 @@ class Producer:
             if error is None:
                 assert op.position is not None
                 cnx.send_receipt(self.producer_id, op.sequence_id, op.highest_sequence_id, op.position)
+                continue
+            if getattr(error, "status", None) in _REPLICAS_UNAVAILABLE:
+                # a Pulsar client answers SEND_ERROR by closing the whole connection, consumers included;
+                # CLOSE_PRODUCER makes it reconnect this producer alone and resend what has no receipt
+                log.warning(
+                    "%s: %s; closing the producer %s", self.topic.name.full_name, error, self.producer_name
+                )
+                self.fence()
                 continue
             code, text = send_error_of(error)
             cnx.send_send_error(self.producer_id, op.sequence_id, code, text)

@@ -58,6 +58,11 @@ class ReplicationPort(Protocol):
         and call ``broker.serve_as_master`` / ``serve_as_slave`` now and whenever it changes."""
         ...
 
+    def write_refusal(self) -> str | None:
+        """Why publishing is refused right now (e.g. a SYNC_MASTER whose replicas have been out of sync for
+        longer than the slave timeout), or None. Cheap: called for every new producer."""
+        ...
+
     def status(self) -> dict[str, Any]:
         """This broker's replication status as JSON-able values (``GET /admin/v2/replication``): at least
         ``role`` ("starting" / "master" / "slave" / "stopped"), ``epoch``, ``group``, ``brokerId``."""

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Protocol
@@ -82,6 +83,7 @@ class GroupTransfer:
         self._timer_at = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
+        self._unavailable_since: float | None = None  # monotonic time replicas_available() turned False
         self._remove_listener = ha_service.on_ack(self._on_ack)
 
     @property
@@ -105,6 +107,22 @@ class GroupTransfer:
     def replicas_available(self) -> bool:
         """Whether enough replicas are in sync now for a wait to succeed (needAckNums <= 1 + in-sync slaves)."""
         return self.need_ack_nums() <= 1 + self._ha.in_sync_slave_count()
+
+    def refuses_writes(self) -> bool:
+        """Whether a put must be refused before it is written: too few replicas have been in sync for longer
+        than ``slave_timeout_s`` (RocketMQ 5 answers IN_SYNC_REPLICAS_NOT_ENOUGH in ``asyncPutMessage``, before
+        the append). During the first ``slave_timeout_s`` of an outage puts are still stored and wait (a
+        network blip completes them); past it, a client resending its pending messages on every refusal would
+        otherwise append them again each round."""
+        if self.replicas_available():
+            self._unavailable_since = None
+            return False
+        now = time.monotonic()
+        since = self._unavailable_since
+        if since is None:
+            self._unavailable_since = now
+            return False
+        return now - since > self._config.slave_timeout_s
 
     def wait(self, next_offset: int, callback: TransferCallback) -> None:
         """``callback(status)`` once the replicas hold the commit log up to ``next_offset`` (bytes), or at once

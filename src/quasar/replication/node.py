@@ -231,6 +231,17 @@ class ReplicaNode:
         )
         return None
 
+    def write_refusal(self) -> str | None:
+        """Why a producer is refused now: a SYNC_MASTER whose in-sync replicas have been too few for longer
+        than ``slave_timeout_s``; None otherwise."""
+        transfer = self._transfer
+        if transfer is None or self.role != "master" or not transfer.refuses_writes():
+            return None
+        return (
+            f"broker group {self.group}: too few in-sync replicas for a SYNC_MASTER receipt"
+            f" ({transfer.need_ack_nums()} needed): publishing resumes once a slave has caught up"
+        )
+
     def status(self) -> dict[str, Any]:
         """This broker's replication status, JSON-able (``GET /admin/v2/replication``)."""
         store = self._store

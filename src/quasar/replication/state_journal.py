@@ -42,6 +42,7 @@ import logging
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from quasar.metadata.errors import MetadataStoreError
 from quasar.metadata.port import (
@@ -57,7 +58,7 @@ from quasar.metadata.port import (
 )
 from quasar.replication.errors import ReplicationError
 from quasar.storage.message_store import MessageStore
-from quasar.storage.port import MessageStorePort
+from quasar.storage.results import PutResult
 from quasar.storage.status import GetStatus, PutStatus
 
 __all__ = [
@@ -168,6 +169,13 @@ def _journaled(path: str) -> bool:
     return any(path == root or path.startswith(root + "/") for root in JOURNALED_ROOTS)
 
 
+class JournalSink(Protocol):
+    """Where journal records are appended: the replicated store (``ReplicatedStore.put_unchecked``: wakes
+    the HA channel, never refused for missing replicas)."""
+
+    def put_unchecked(self, topic: str, queue_id: int, body: bytes) -> PutResult: ...
+
+
 Replicated = Callable[[int], Awaitable[PutStatus]]
 """``replicated(commit_log_end)``: resolves when the bytes up to ``commit_log_end`` are flushed and, on a
 SYNC_MASTER, on the in-sync replicas (the store adapter's ``wait_flushed``)."""
@@ -184,7 +192,7 @@ class JournaledMetadataStore:
     hiccup.
     """
 
-    def __init__(self, inner: MetadataStore, store: MessageStorePort, replicated: Replicated) -> None:
+    def __init__(self, inner: MetadataStore, store: JournalSink, replicated: Replicated) -> None:
         self._inner = inner
         self._store = store
         self._replicated = replicated
@@ -246,7 +254,7 @@ class JournaledMetadataStore:
         if not self.enabled:
             return
         for body in _chunks(ops):
-            result = self._store.put(JOURNAL_TOPIC, 0, body)
+            result = self._store.put_unchecked(JOURNAL_TOPIC, 0, body)
             if result.status is not PutStatus.PUT_OK:
                 self.records_failed += 1
                 log.warning(

@@ -94,7 +94,34 @@ class ReplicatedStore:
         tag_hash: int = 0,
         born_timestamp_ms: int | None = None,
     ) -> PutResult:
-        """The store's ``put``, then wake the HA connections."""
+        """The store's ``put``, then wake the HA connections; SLAVE_NOT_AVAILABLE without writing while the
+        group transfer refuses writes (:meth:`GroupTransfer.refuses_writes`)."""
+        transfer = self._group_transfer
+        if transfer is not None and transfer.refuses_writes():
+            return _NOT_AVAILABLE
+        result = self._put(
+            topic,
+            queue_id,
+            body,
+            properties=properties,
+            tag_hash=tag_hash,
+            born_timestamp_ms=born_timestamp_ms,
+        )
+        self._wakeup()
+        return result
+
+    def put_unchecked(
+        self,
+        topic: str,
+        queue_id: int,
+        body: bytes | bytearray | memoryview,
+        *,
+        properties: Mapping[str, str] | None = None,
+        tag_hash: int = 0,
+        born_timestamp_ms: int | None = None,
+    ) -> PutResult:
+        """The store's ``put``, then wake the HA connections, never refused for missing replicas: the state
+        journal's records (a ledger row must be written even while the entries that need it wait)."""
         result = self._put(
             topic,
             queue_id,
@@ -116,7 +143,10 @@ class ReplicatedStore:
         tag_hash: int = 0,
         born_timestamp_ms: int | None = None,
     ) -> PutBatchResult:
-        """The store's ``put_batch``, then wake the HA connections."""
+        """The store's ``put_batch``, then wake the HA connections (refused as :meth:`put` is)."""
+        transfer = self._group_transfer
+        if transfer is not None and transfer.refuses_writes():
+            return _NOT_AVAILABLE_BATCH
         result = self._put_batch(
             topic,
             queue_id,
@@ -177,6 +207,10 @@ class ReplicatedStore:
 
     def set_queue_min_offset(self, topic: str, queue_id: int, queue_offset: int) -> None:
         self.store.set_queue_min_offset(topic, queue_id, queue_offset)
+
+
+_NOT_AVAILABLE = PutResult(PutStatus.SLAVE_NOT_AVAILABLE, -1, -1, 0, 0)
+_NOT_AVAILABLE_BATCH = PutBatchResult(PutStatus.SLAVE_NOT_AVAILABLE, -1, -1, 0, 0)
 
 
 def _answer_ok(next_offset: int, callback: Callable[[PutStatus], None]) -> None:

@@ -106,8 +106,9 @@ class ProducerCommands:
         """Load the topic and attach a producer to it; the flag is False while it waits for exclusive access.
         Raises the BrokerErrors of ``add_producer`` and the topic's loading errors."""
         service = self._cnx.service
-        if service.read_only is not None:
-            raise ServiceNotReadyError(service.read_only)
+        refusal = service.read_only or service.write_refusal()
+        if refusal is not None:
+            raise ServiceNotReadyError(refusal)
         topic = await service.get_or_create_topic(TopicName.parse(cmd.topic))
         try:
             access_mode = ProducerAccessMode(cmd.producer_access_mode)
