@@ -117,7 +117,7 @@ class ReplicaNode:
         self._applier: JournalApplier | None = None
         self._leadership: GroupLeadership | None = None
         self._broker: ServingBroker | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._ha_client_target: tuple[str, int] | None = None
         self._changes = asyncio.Queue[tuple[GroupState | None, LeaderInfo | None]]()
         self._vacancy_since: float | None = None
         self._slave_reads = False
@@ -195,7 +195,7 @@ class ReplicaNode:
             return
         was_master = self.role == "master"
         self.role = "stopped"
-        for task in [self._runner, self._snapshotter, *self._tasks]:
+        for task in (self._runner, self._snapshotter):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -553,8 +553,6 @@ class ReplicaNode:
             leader.epoch,
         )
         self._notify()
-
-    _ha_client_target: tuple[str, int] | None = None
 
     def _notify(self) -> None:
         for callback in self.on_role_changed:

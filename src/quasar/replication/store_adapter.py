@@ -99,7 +99,7 @@ class ReplicatedStore:
         transfer = self._group_transfer
         if transfer is not None and transfer.refuses_writes():
             return _NOT_AVAILABLE
-        result = self._put(
+        return self.put_unchecked(
             topic,
             queue_id,
             body,
@@ -107,8 +107,6 @@ class ReplicatedStore:
             tag_hash=tag_hash,
             born_timestamp_ms=born_timestamp_ms,
         )
-        self._wakeup()
-        return result
 
     def put_unchecked(
         self,
