@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from quasar.broker.broker_service import BrokerService
     from quasar.broker.config import BrokerConfig
     from quasar.broker.consumer import Consumer
+    from quasar.broker.errors import BrokerError
     from quasar.broker.producer import Producer
     from quasar.ledger.position import Position
     from quasar.protocol.decoder import Frame
@@ -280,9 +281,13 @@ class ServerCnx(asyncio.Protocol):
         """Broker-initiated CLOSE_PRODUCER (fencing, backlog quota)."""
         self._producer_commands.close_producer(producer)
 
-    def producer_ready(self, producer: Producer, topic_epoch: int) -> None:
+    def producer_ready(self, producer: Producer, topic_epoch: int | None) -> None:
         """PRODUCER_SUCCESS for a waiting producer that now holds the topic."""
         self._producer_commands.producer_ready(producer, topic_epoch)
+
+    def refuse_producer(self, producer: Producer, error: BrokerError) -> None:
+        """Fail a waiting producer's creation with ``error`` (fenced out while it waited)."""
+        self._producer_commands.refuse_producer(producer, error)
 
     # ------------------------------------------------------------------ ConsumerConnection
     def send_message(
