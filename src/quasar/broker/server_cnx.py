@@ -321,6 +321,10 @@ class ServerCnx(asyncio.Protocol):
         """Failover notification; the client only passes it to a consumer event listener."""
         self.write(commands.new_active_consumer_change(consumer_id, is_active))
 
+    def send_reached_end_of_topic(self, consumer_id: int) -> None:
+        """REACHED_END_OF_TOPIC: the topic is terminated and the consumer's subscription has no backlog."""
+        self.write(commands.new_reached_end_of_topic(consumer_id))
+
 
 def _sub_message(frame: Frame) -> Any:
     """The command's sub-message (the one field set besides ``type``), or None."""
