@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from datetime import timedelta
@@ -72,14 +73,21 @@ def test_delayed_messages_survive_a_restart(delayed_broker, kill):
     client = new_client(broker)
     try:
         consumer = client.subscribe(topic, "shared", consumer_type=pulsar.ConsumerType.Shared)
-        msg = consumer.receive(timeout_millis=15_000)
-        if msg.data() == b"now":  # after SIGKILL an ack not yet persisted comes back (at-least-once)
-            consumer.acknowledge(msg)
+        got: list[bytes] = []
+        while b"later" not in got:
             msg = consumer.receive(timeout_millis=15_000)
-        assert msg.data() == b"later"
-        assert now_ms() >= deliver_at - TICK_MS
-        consumer.acknowledge(msg)
-        with pytest.raises(pulsar.Timeout):
-            consumer.receive(timeout_millis=500)
+            if msg.data() == b"later":
+                assert now_ms() >= deliver_at - TICK_MS
+            got.append(msg.data())
+            consumer.acknowledge(msg)
+        with contextlib.suppress(
+            pulsar.Timeout
+        ):  # a slow restart can make "later" due before "now" comes back
+            while len(got) < 3:
+                msg = consumer.receive(timeout_millis=1000)
+                got.append(msg.data())
+                consumer.acknowledge(msg)
+        # after SIGKILL an ack not yet persisted comes back (at-least-once): "now" at most once more
+        assert sorted(got) == ([b"later", b"now"] if kill and b"now" in got else [b"later"])
     finally:
         client.close()
