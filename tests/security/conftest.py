@@ -3,7 +3,8 @@ Pulsar's own client test service: a super user ``admin``, an anonymous role ``an
 secret key made by ``quasar tokens``, and an htpasswd file with an ``$apr1$`` and a crypt user.
 
 ``secured``: one broker per module (a :class:`Secured` with the broker, the key and token helpers, and an admin
-REST helper that sends credentials); stopped by PID at teardown.
+REST helper that sends credentials); ``strict``: the same without an anonymous role. Both are stopped by PID
+at teardown.
 """
 
 from __future__ import annotations
@@ -81,6 +82,15 @@ def quasar_cli(*args: str) -> subprocess.CompletedProcess[bytes]:
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
+    yield from _secured_broker(tmp_path_factory, anonymous_role=ANONYMOUS)
+
+
+@pytest.fixture(scope="module")
+def strict(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
+    yield from _secured_broker(tmp_path_factory, anonymous_role="")
+
+
+def _secured_broker(tmp_path_factory: pytest.TempPathFactory, *, anonymous_role: str) -> Iterator[Secured]:
     root = tmp_path_factory.mktemp("secured")
     key_file = root / "secret.key"
     made = quasar_cli("tokens", "create-secret-key", "--output", str(key_file))
@@ -99,7 +109,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
                 'token_audience_claim = "aud"',
                 f'token_audience = "{AUDIENCE}"',
                 f'basic_auth_conf = "{htpasswd}"',
-                f'anonymous_user_role = "{ANONYMOUS}"',
+                f'anonymous_user_role = "{anonymous_role}"',
                 "authorization_enabled = true",
                 f'super_user_roles = ["{SUPER_USER}"]',
                 "authentication_refresh_check_seconds = 1",

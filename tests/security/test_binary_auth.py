@@ -182,6 +182,12 @@ def test_wrong_password_and_unknown_user_are_refused(secured: Secured, namespace
     never_let_in(secured, pulsar.AuthenticationBasic("bob", "wrong"), namespace)
 
 
+def test_without_an_anonymous_role_no_credentials_are_refused(strict: Secured) -> None:
+    assert connect_answer(strict, "none", b"") == ServerError.AuthenticationError
+    assert connect_answer(strict, "kerberos", b"x") == ServerError.AuthenticationError
+    assert connect_answer(strict, "token", strict.token("alice").encode()) is None
+
+
 def test_unknown_method_gets_the_anonymous_role_and_tls_needs_a_certificate(secured: Secured) -> None:
     """Pulsar: a method no provider has falls back to anonymous_user_role; ``tls`` over a plain connection
     has no client certificate and is refused."""
@@ -261,6 +267,7 @@ def test_expiring_token_is_refreshed_through_the_supplier(secured: Secured, name
         calls.append(time.monotonic())
         return secured.token("alice", expiry_s=2)
 
+    closes_before = secured.broker.stderr_text().count("closing connection")
     c = client(secured, pulsar.AuthenticationToken(supplier))
     try:
         producer = c.create_producer(topic_in(namespace))
@@ -271,5 +278,21 @@ def test_expiring_token_is_refreshed_through_the_supplier(secured: Secured, name
             time.sleep(0.5)
         assert len(calls) > first  # asked again: refreshed, not stuck on the first (expired) token
         producer.send(b"still-works")
+    finally:
+        c.close()
+    log = secured.broker.stderr_text()
+    assert log.count("closing connection") == closes_before, log[-2000:]  # refreshed in place, never dropped
+
+
+def test_expired_token_that_is_not_refreshed_closes_the_connection(secured: Secured, namespace: str) -> None:
+    """A fixed token: the client answers AUTH_CHALLENGE with the same, now expired, token; the broker refuses
+    it and closes the connection (Pulsar ServerCnx)."""
+    c = client(secured, pulsar.AuthenticationToken(secured.token("alice", expiry_s=2)))
+    try:
+        c.create_producer(topic_in(namespace))
+        deadline = time.monotonic() + 8
+        while "Unable to refresh authentication" not in secured.broker.stderr_text():
+            assert time.monotonic() < deadline, "the expired connection was not closed"
+            time.sleep(0.2)
     finally:
         c.close()

@@ -1,0 +1,87 @@
+"""AuthorizationService rules (Pulsar PulsarAuthorizationProvider) and the grant bookkeeping of
+``auth_policies``; BrokerConfig's authentication settings."""
+
+from __future__ import annotations
+
+import pytest
+
+from quasar.broker.config import BrokerConfig
+from quasar.security.authorization import AuthorizationService, parse_actions, updated_auth_policies
+
+
+class Source:
+    def __init__(self) -> None:
+        self.admins = {"acme": ["acme-admin"]}
+        self.policies: dict[str, dict] = {}
+
+    def tenant_admin_roles(self, tenant: str):
+        return self.admins.get(tenant, ())
+
+    def auth_policies(self, namespace: str):
+        return self.policies.get(namespace, {})
+
+
+NS = "acme/orders"
+TOPIC = "persistent://acme/orders/t"
+
+
+@pytest.fixture
+def authz() -> tuple[AuthorizationService, Source]:
+    source = Source()
+    policies = updated_auth_policies(None, role="writer", actions=["produce"])
+    policies = updated_auth_policies(policies, role="reader", actions=["consume"])
+    policies = updated_auth_policies(policies, topic=TOPIC, role="topic-writer", actions=["produce"])
+    policies = updated_auth_policies(policies, subscription="audit", roles=["reader"])
+    source.policies[NS] = policies
+    return AuthorizationService(["root"], source), source
+
+
+def test_namespace_topic_and_admin_grants(authz) -> None:
+    service, _ = authz
+    assert service.can_produce("writer", NS, TOPIC) and not service.can_consume("writer", NS, TOPIC)
+    assert service.can_consume("reader", NS, TOPIC) and not service.can_produce("reader", NS, TOPIC)
+    assert service.can_produce("topic-writer", NS, TOPIC)
+    assert not service.can_produce("topic-writer", NS, "persistent://acme/orders/other")
+    for role in ("root", "acme-admin"):
+        assert service.can_produce(role, NS, TOPIC) and service.can_consume(role, NS, TOPIC, "audit")
+    assert not service.can_produce("acme-admin", "other/ns", "persistent://other/ns/t")
+    for role in ("stranger", None):
+        assert not service.can_lookup(role, NS, TOPIC)
+    assert service.can_lookup("writer", NS, TOPIC) and service.can_lookup("reader", NS, None)
+
+
+def test_subscription_roles_limit_consumers(authz) -> None:
+    service, source = authz
+    policies = updated_auth_policies(source.policies[NS], role="other-reader", actions=["consume"])
+    source.policies[NS] = policies
+    assert service.can_consume("reader", NS, TOPIC, "audit")
+    assert not service.can_consume("other-reader", NS, TOPIC, "audit")
+    assert service.can_consume("other-reader", NS, TOPIC, "mine")
+
+
+def test_grant_bookkeeping_revokes_and_validates() -> None:
+    policies = updated_auth_policies(None, topic=TOPIC, role="a", actions=["consume", "produce", "consume"])
+    assert policies["destination_auth"] == {TOPIC: {"a": ["consume", "produce"]}}
+    policies = updated_auth_policies(policies, topic=TOPIC, role="a", actions=None)
+    assert policies["destination_auth"] == {}
+    policies = updated_auth_policies(policies, subscription="s", roles=["x"])
+    assert updated_auth_policies(policies, subscription="s", roles=None)["subscription_auth_roles"] == {}
+    assert parse_actions(["consume", "produce", "consume"]) == ["consume", "produce"]
+    for bad in ("produce", ["fly"], [1], {"produce": 1}):
+        with pytest.raises(ValueError):
+            parse_actions(bad)
+
+
+def test_config_validates_authentication_settings(tmp_path) -> None:
+    config = BrokerConfig.from_mapping(
+        {"authentication_enabled": True, "authentication_providers": ["token"], "super_user_roles": ["a"]}
+    )
+    assert config.authentication_providers == ("token",) and config.super_user_roles == ("a",)
+    for values, match in (
+        ({"authentication_providers": ["kerberos"]}, "unknown methods"),
+        ({"authentication_providers": "token"}, "list of strings"),
+        ({"authentication_enabled": True}, "authentication_providers"),
+        ({"authentication_refresh_check_seconds": 0}, "positive"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            BrokerConfig.from_mapping(values)
