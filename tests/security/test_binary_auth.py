@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import socket
 import time
 import uuid
@@ -296,3 +297,19 @@ def test_expired_token_that_is_not_refreshed_closes_the_connection(secured: Secu
             time.sleep(0.2)
     finally:
         c.close()
+
+
+def test_pattern_subscription_needs_a_namespace_grant(secured: Secured, namespace: str) -> None:
+    """GET_TOPICS_OF_NAMESPACE (regex subscriptions) needs produce or consume on the namespace; the C++ client
+    reports any error of that command as LookupError (ClientImpl::createPatternMultiTopicsConsumer)."""
+    topic = topic_in(namespace)
+    alice = client(secured, pulsar.AuthenticationToken(secured.token("alice")))
+    eve = client(secured, pulsar.AuthenticationToken(secured.token("eve")))
+    try:
+        alice.create_producer(topic).close()
+        pattern = re.compile(f"persistent://{namespace}/t-.*")
+        alice.subscribe(pattern, "pattern-sub").close()
+        refused(lambda: eve.subscribe(pattern, "pattern-sub"), pulsar.LookupError)
+    finally:
+        alice.close()
+        eve.close()

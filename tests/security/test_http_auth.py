@@ -8,7 +8,7 @@ import base64
 import urllib.request
 import uuid
 
-from tests.security.conftest import ANONYMOUS, PASSWORDS, SUPER_USER, Secured
+from tests.security.conftest import ANONYMOUS, PASSWORDS, SUPER_USER, Secured, quasar_cli
 
 
 def basic(user: str, password: str) -> dict[str, str]:
@@ -140,3 +140,11 @@ def test_super_user_token_is_required_for_broker_level_routes(secured: Secured) 
     assert secured.admin("GET", "/admin/v2/broker-stats/loop-lag")[0] == 200
     assert secured.admin("GET", "/admin/v2/broker-stats/loop-lag", token=secured.token("alice"))[0] == 403
     assert secured.admin("GET", "/admin/v2/broker-stats/loop-lag", token=secured.token(SUPER_USER))[0] == 200
+
+
+def test_quasar_admin_sends_its_auth_token(strict: Secured) -> None:
+    args = ("admin", "broker-group", "status", "g", "--admin-url", strict.broker.admin_url)
+    without = quasar_cli(*args)
+    assert without.returncode != 0 and b"answered 401" in without.stderr, without.stderr
+    with_token = quasar_cli("admin", "--auth-token", strict.token(SUPER_USER), *args[1:])
+    assert b"answered 401" not in with_token.stderr and b"no live broker of group 'g'" in with_token.stderr

@@ -79,6 +79,16 @@ class BrokerSecurity:
         if authz is not None and not authz.can_lookup(role, topic.namespace_name, _base(topic)):
             raise PermissionDeniedError(_denied(role, "lookup", topic))
 
+    def check_namespace_lookup(self, role: str | None, namespace: str) -> None:
+        """GET_TOPICS_OF_NAMESPACE (Pulsar NamespaceOperation GET_TOPICS): produce or consume granted on the
+        namespace (or admin). Raises PermissionDeniedError."""
+        authz = self.authorization
+        if authz is not None and not authz.can_lookup(role, namespace, None):
+            who = f"Client with role {role}" if role is not None else "Anonymous client"
+            raise PermissionDeniedError(
+                f"{who} is not authorized to list the topics of namespace {namespace}"
+            )
+
     def check_produce(self, role: str | None, topic: TopicName) -> None:
         """PRODUCER: produce (or admin). Raises PermissionDeniedError."""
         authz = self.authorization

@@ -109,11 +109,13 @@ class LookupCommands:
         )
 
     def handle_get_topics_of_namespace(self, frame: Frame) -> None:
-        """GET_TOPICS_OF_NAMESPACE: the topics of the namespace in the requested domains (``TopicsMode``)."""
+        """GET_TOPICS_OF_NAMESPACE: the topics of the namespace in the requested domains (``TopicsMode``);
+        AuthorizationError without produce or consume on the namespace."""
         cmd = frame.command.getTopicsOfNamespace
         service = self._cnx.service
         mode = int(cmd.mode)
         try:
+            service.security.check_namespace_lookup(self._cnx.role, cmd.namespace)
             if not service.namespace_exists(cmd.namespace):
                 raise NamespaceNotFoundError(f"Namespace {cmd.namespace} does not exist")
             topics: list[str] = []
