@@ -85,3 +85,26 @@ def test_config_validates_authentication_settings(tmp_path) -> None:
     ):
         with pytest.raises(ValueError, match=match):
             BrokerConfig.from_mapping(values)
+
+
+def test_standalone_refuses_an_unusable_security_config(tmp_path) -> None:
+    from tests.security.conftest import quasar_cli
+
+    config = tmp_path / "broker.toml"
+    for body, reason in (
+        (
+            'authentication_enabled = true\nauthentication_providers = ["token"]\n',
+            b"exactly one of token_secret_key",
+        ),
+        (
+            'authentication_enabled = true\nauthentication_providers = ["token"]\n'
+            'token_secret_key = "file:///nonexistent/secret.key"\n',
+            b"cannot read key file /nonexistent/secret.key",
+        ),
+        ('authentication_enabled = true\nauthentication_providers = ["basic"]\n', b"needs basic_auth_conf"),
+    ):
+        config.write_text(body)
+        made = quasar_cli("standalone", "--config", str(config), "--data-dir", str(tmp_path / "data"), "--port", "0",
+                          "--admin-port", "0")  # fmt: skip
+        assert made.returncode == 2 and reason in made.stderr, made.stderr
+        assert not (tmp_path / "data").exists()  # refused before anything was created

@@ -12,8 +12,10 @@ else escaping a handler, or a task the connection spawned, is a bug: logged with
 connection is closed. Nothing escapes to the event loop.
 
 Owned background work, cancelled in ``connection_lost``: the keep-alive timer (PING after an idle
-``keep_alive_interval_s``, close after a second silent interval) and the tasks of ``spawn`` (PRODUCER,
-SUBSCRIBE and UNSUBSCRIBE that wait on topic loading or metadata).
+``keep_alive_interval_s``, close after a second silent interval), the credential refresh timer of ``auth``
+(``cnx.auth.ConnectionAuth``: CONNECT authentication, the role LOOKUP/PRODUCER/SUBSCRIBE are checked against,
+AUTH_CHALLENGE when a token expires) and the tasks of ``spawn`` (PRODUCER, SUBSCRIBE and UNSUBSCRIBE that wait
+on topic loading or metadata).
 
 Output is written once per event-loop turn: every frame a turn produces (receipts of a group commit round,
 the MESSAGE frames of a dispatch round, replies) is queued, and one ``writelines`` hands them all to the
