@@ -108,3 +108,20 @@ def test_standalone_refuses_an_unusable_security_config(tmp_path) -> None:
                           "--admin-port", "0")  # fmt: skip
         assert made.returncode == 2 and reason in made.stderr, made.stderr
         assert not (tmp_path / "data").exists()  # refused before anything was created
+
+
+def test_ill_typed_stored_policies_grant_nothing_and_never_raise() -> None:
+    source = Source()
+    service = AuthorizationService([], source)
+    for policies in (
+        {"namespace_auth": ["produce"]},
+        {"namespace_auth": {"r": "produce"}},
+        {"destination_auth": {TOPIC: ["r"]}},
+        {"destination_auth": [TOPIC]},
+        {"subscription_auth_roles": {"s": "r"}, "namespace_auth": {"r": ["consume"]}},
+        {"namespace_auth": None},
+    ):
+        source.policies[NS] = policies
+        assert not service.can_produce("r", NS, TOPIC)
+    source.policies[NS] = {"subscription_auth_roles": {"s": "r"}, "namespace_auth": {"r": ["consume"]}}
+    assert service.can_consume("r", NS, TOPIC, "s")  # an ill-typed subscription entry restricts nothing

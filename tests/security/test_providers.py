@@ -199,3 +199,17 @@ def test_http_credentials() -> None:
     with pytest.raises(AuthenticationError):
         service.authenticate_http(f"Bearer {token_value}", method_header="tls")
     assert AuthenticationService([TlsProvider()], "anon").authenticate_http(None).role == "anon"
+
+
+def test_http_refusal_names_the_method_the_request_meant(tmp_path) -> None:
+    path = tmp_path / "htpasswd"
+    path.write_text(f"bob:{apr_md5_crypt.hash('pw')}\n")
+    service = AuthenticationService(
+        [TokenProvider(secret_key=SECRET_VALUE), BasicProvider(str(path)), TlsProvider()]
+    )
+    with pytest.raises(AuthenticationError, match="wrong password"):
+        service.authenticate_http("Basic " + base64.b64encode(b"bob:nope").decode())
+    with pytest.raises(AuthenticationError, match="Failed to authentication token"):
+        service.authenticate_http("Bearer x.y.z")
+    with pytest.raises(AuthenticationError, match="no credentials"):
+        service.authenticate_http(None)

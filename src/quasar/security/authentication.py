@@ -126,20 +126,27 @@ class AuthenticationService:
         """HTTP: authenticate the ``Authorization`` header value and/or the client certificate (module
         docstring). Raises :class:`AuthenticationError`."""
         candidates = [method_header] if method_header else list(self.providers)
-        refusal: AuthenticationError | None = None
+        refusals: dict[str, AuthenticationError] = {}
         for method in candidates:
             provider = self.providers.get(method)
             if provider is None:
-                refusal = AuthenticationError(f"No authentication provider for method {method!r}")
+                refusals[method] = AuthenticationError(f"No authentication provider for method {method!r}")
                 continue
             try:
                 credentials = _http_credentials(method, authorization, peer_certificate_der)
                 return provider.authenticate(credentials)
             except AuthenticationError as exc:
-                refusal = exc
+                refusals[method] = exc
         if self.anonymous_user_role:
             return AuthenticationResult(self.anonymous_user_role, ANONYMOUS_METHOD)
-        raise refusal or AuthenticationError("Authentication required")
+        # report the refusal of the method the request meant (its Authorization scheme), not the last tried
+        scheme = (authorization or "").strip().partition(" ")[0].lower()
+        meant = {"bearer": "token", "basic": "basic"}.get(scheme, "tls" if peer_certificate_der else "")
+        if method_header:
+            meant = method_header
+        if meant in refusals:
+            raise refusals[meant]
+        raise AuthenticationError("no credentials (Authorization: Bearer / Basic, or a client certificate)")
 
 
 def _http_credentials(method: str, authorization: str | None, cert: bytes | None) -> AuthenticationData:

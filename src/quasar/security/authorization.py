@@ -145,11 +145,11 @@ class AuthorizationService:
 
     def _granted(self, role: str, namespace: str, topic: str | None, action: str) -> bool:
         policies = self._source.auth_policies(namespace)
-        if action in (policies.get("namespace_auth") or {}).get(role, ()):
+        if action in _entry(_entry(policies, "namespace_auth", dict), role, list):
             return True
         if topic is None:
             return False
-        return action in ((policies.get("destination_auth") or {}).get(topic) or {}).get(role, ())
+        return action in _entry(_entry(_entry(policies, "destination_auth", dict), topic, dict), role, list)
 
     def can_produce(self, role: str | None, namespace: str, topic: str) -> bool:
         """Whether ``role`` may publish on ``topic`` (the full name; for a partition, its partitioned
@@ -172,9 +172,8 @@ class AuthorizationService:
         if not self._granted(role, namespace, topic, AuthAction.consume):
             return False
         if subscription:
-            allowed = (self._source.auth_policies(namespace).get("subscription_auth_roles") or {}).get(
-                subscription
-            )
+            policies = self._source.auth_policies(namespace)
+            allowed = _entry(_entry(policies, "subscription_auth_roles", dict), subscription, list)
             if allowed and role not in allowed:
                 return False
         return True
@@ -189,6 +188,13 @@ class AuthorizationService:
         return self._granted(role, namespace, topic, AuthAction.produce) or self._granted(
             role, namespace, topic, AuthAction.consume
         )
+
+
+def _entry(table: Any, key: str, kind: type) -> Any:
+    """``table[key]`` when both have the expected shapes, else an empty ``kind``: stored policies written by
+    hand or by another tool are read defensively, an ill-typed entry grants nothing."""
+    value = table.get(key) if isinstance(table, Mapping) else None
+    return value if isinstance(value, kind) else kind()
 
 
 def _tenant(namespace: str) -> str:
