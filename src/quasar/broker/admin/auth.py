@@ -34,7 +34,6 @@ from quasar.security.authentication import AuthenticationError
 
 __all__ = [
     "OPEN_PATHS",
-    "ROLE_KEY",
     "ROUTE_REQUIREMENTS",
     "Requirement",
     "auth_middleware",
@@ -45,9 +44,6 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 OPEN_PATHS = frozenset({"/status.html"})
 """Paths served without authentication (Pulsar's health page)."""
-
-ROLE_KEY = "quasar.role"
-"""``request[ROLE_KEY]``: the authenticated role of the request (absent with authentication off)."""
 
 
 class Requirement(enum.Enum):
@@ -141,7 +137,6 @@ def auth_middleware(security: BrokerSecurity) -> Callable[..., Awaitable[web.Str
             )
         except AuthenticationError as exc:
             return _reply(401, f"Authentication required: {exc}")
-        request[ROLE_KEY] = result.role
         denial = _denial(security, request, result.role)
         if denial is not None:
             return _reply(403, denial)
