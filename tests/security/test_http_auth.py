@@ -124,6 +124,13 @@ def test_topic_and_subscription_grants_round_trip(secured: Secured) -> None:
     assert secured.admin("POST", f"{topic}/permissions/alice", ["produce"])[0] == 204
     # effective permissions: the namespace's united with the topic's
     assert secured.admin("GET", f"{topic}/permissions") == (200, {"alice": ["produce"], "ops": ["consume"]})
+    # a topic-level grant opens that topic only, not the namespace's listing nor another topic
+    assert secured.admin("PUT", topic)[0] == 204
+    alice = secured.token("alice")
+    assert secured.admin("GET", f"{topic}/stats", token=alice)[0] == 200
+    assert secured.admin("GET", f"/admin/v2/persistent/{ns}/other/stats", token=alice)[0] == 403
+    assert secured.admin("GET", f"/admin/v2/persistent/{ns}", token=alice)[0] == 403
+    assert secured.admin("GET", f"/admin/v2/persistent/{ns}/bad%00name/stats", token=alice)[0] == 403
     assert secured.admin("DELETE", f"{topic}/permissions/alice")[0] == 204
     assert secured.admin("GET", f"{topic}/permissions") == (200, {"ops": ["consume"]})
     status, body = secured.admin("DELETE", f"{topic}/permissions/ops")
