@@ -205,7 +205,7 @@ async def test_lookup_and_unknown_commands():
     cnx.data_received(encode_command(unknown))
     await settle()  # lookups are answered by a task of the connection
     refused, missing, found = transport.frames()
-    assert missing.command.lookupTopicResponse.error == ServerError.MetadataError
+    assert missing.command.lookupTopicResponse.error == ServerError.TopicNotFound
     assert found.command.lookupTopicResponse.brokerServiceUrl == "pulsar://test:6650"
     assert (
         refused.command.error.request_id == 5 and refused.command.error.error == ServerError.NotAllowedError

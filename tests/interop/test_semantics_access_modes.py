@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 
 import pulsar
 import pytest
@@ -16,17 +17,19 @@ Mode = pulsar.ProducerAccessMode
 
 
 def test_exclusive_and_shared_producers_exclude_each_other(broker):
+    """Pulsar's table: Exclusive against shared producers or an exclusive holder is ProducerFenced (final),
+    Shared against an exclusive holder is ProducerBusy."""
     topic = topic_name("access")
     client = new_client(broker)
     try:
         shared = client.create_producer(topic)
-        with pytest.raises(pulsar.PulsarException):
+        with pytest.raises(pulsar.ProducerFenced):
             client.create_producer(topic, access_mode=Mode.Exclusive)
         shared.close()
         exclusive = client.create_producer(topic, access_mode=Mode.Exclusive)
-        with pytest.raises(pulsar.PulsarException):
+        with pytest.raises(pulsar.ProducerBusy):
             client.create_producer(topic)
-        with pytest.raises(pulsar.PulsarException):
+        with pytest.raises(pulsar.ProducerFenced):
             client.create_producer(topic, access_mode=Mode.Exclusive)
         exclusive.send(b"x")
         exclusive.close()
@@ -35,20 +38,54 @@ def test_exclusive_and_shared_producers_exclude_each_other(broker):
         client.close()
 
 
-def test_exclusive_with_fencing_takes_over(broker):
+def test_exclusive_with_fencing_takes_over_and_the_fenced_producer_fails_at_once(broker):
+    """The fenced producer is closed by the broker; its reconnect carries the older topic epoch and gets
+    ProducerFenced, which the client does not retry: its pending send fails long before the send timeout."""
     topic = topic_name("access")
     client = new_client(broker)
     try:
-        old = client.create_producer(topic, producer_name="old")
+        old = client.create_producer(
+            topic, producer_name="old", access_mode=Mode.Exclusive, send_timeout_millis=30_000
+        )
+        old.send(b"from-old-before")
         new = client.create_producer(topic, access_mode=Mode.ExclusiveWithFencing)
         new.send(b"from-new")
-        with pytest.raises(pulsar.PulsarException):
-            old.send(
-                b"from-old",
-            )  # fenced: its reconnection is refused while the new one holds the topic
+        started = time.monotonic()
+        with pytest.raises(pulsar.PulsarException) as failure:
+            old.send(b"from-old")
+        assert time.monotonic() - started < 15, "a fenced producer must not spin until its send timeout"
+        assert not isinstance(failure.value, pulsar.Timeout)
+        with pytest.raises(pulsar.ProducerFenced):  # a new Exclusive producer while the fencing one holds
+            client.create_producer(topic, access_mode=Mode.Exclusive)
     finally:
         # The C++ client's close() reports AlreadyClosed for a producer the broker fenced, depending on
         # whether the fenced producer's own teardown finished first: a client-side race, not a broker error.
+        with contextlib.suppress(pulsar.AlreadyClosed):
+            client.close()
+
+
+def test_exclusive_with_fencing_fails_the_waiting_producers(broker):
+    topic = topic_name("access")
+    client = new_client(broker)
+    try:
+        client.create_producer(topic, access_mode=Mode.Exclusive)
+        outcome: list[BaseException | object] = []
+
+        def wait_for_topic() -> None:
+            try:
+                outcome.append(client.create_producer(topic, access_mode=Mode.WaitForExclusive))
+            except pulsar.PulsarException as exc:
+                outcome.append(exc)
+
+        waiter = threading.Thread(target=wait_for_topic)
+        waiter.start()
+        waiter.join(timeout=1.0)
+        assert not outcome  # queued (PRODUCER_SUCCESS with producer_ready=false)
+        fencer = client.create_producer(topic, access_mode=Mode.ExclusiveWithFencing)
+        waiter.join(timeout=15)
+        assert outcome and isinstance(outcome[0], pulsar.ProducerFenced), outcome
+        fencer.send(b"mine")
+    finally:
         with contextlib.suppress(pulsar.AlreadyClosed):
             client.close()
 

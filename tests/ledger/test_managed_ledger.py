@@ -13,6 +13,7 @@ from quasar.ledger.errors import (
     ManagedLedgerFencedError,
     ManagedLedgerFlushTimeoutError,
     ManagedLedgerStorageError,
+    ManagedLedgerTerminatedError,
     MetadataError,
     TooManyRequestsError,
 )
@@ -406,3 +407,28 @@ async def test_close_waits_for_callback_adds_in_flight():
     await closing
     assert answers == [None]
     await allocator.close()
+
+
+async def test_terminate_refuses_new_entries_for_good_and_survives_reopen(any_env):
+    ledger = await any_env.factory.open(TOPIC)
+    positions = await add_all(ledger, 3)
+    in_flight = asyncio.ensure_future(ledger.add_entry(b"in flight"))
+    await asyncio.sleep(0)  # the add has been put; termination waits for its flush
+    assert await ledger.terminate() == (await in_flight)
+    assert ledger.is_terminated and ledger.last_confirmed_entry == in_flight.result()
+    with pytest.raises(ManagedLedgerTerminatedError):
+        await ledger.add_entry(b"refused")
+    assert await ledger.terminate() == in_flight.result()  # idempotent
+    assert [e.position for e in ledger.read_entries(EARLIEST, 10)] == [*positions, in_flight.result()]
+    factory = await any_env.restart()
+    reopened = await factory.open(TOPIC)
+    assert reopened.is_terminated and reopened.last_confirmed_entry == in_flight.result()
+    with pytest.raises(ManagedLedgerTerminatedError):
+        await reopened.add_entry(b"still refused")
+
+
+async def test_terminate_of_an_empty_ledger_answers_entry_minus_one(env):
+    ledger = await env.factory.open(TOPIC)
+    last = await ledger.terminate()
+    assert last.entry_id == -1 and last.ledger_id == ledger.ledgers[0].ledger_id
+    assert (await stored_json(env.metadata, ledger_table_path(TOPIC)))["terminated"] is True

@@ -77,6 +77,8 @@ def test_roles_get_200_or_403_by_permission(secured: Secured) -> None:
     assert secured.admin("GET", f"/admin/v2/{topic}/subscriptions", token=alice)[0] == 200
     assert secured.admin("GET", f"/admin/v2/{topic}/stats", token=alice)[0] == 200
     assert secured.admin("POST", f"/admin/v2/{topic}/messageTTL", 60, token=alice)[0] == 403
+    assert secured.admin("POST", f"/admin/v2/{topic}/terminate", token=alice)[0] == 403
+    assert secured.admin("POST", f"/admin/v2/{topic}/terminate")[0] == 200  # tenant admin / super user
     # a basic-authenticated role works the same way
     assert (
         secured.admin("GET", f"/admin/v2/{topic}/stats", token="", headers=basic("bob", PASSWORDS["bob"]))[0]

@@ -11,6 +11,7 @@
         ├── NotAllowedError             NotAllowedError
         ├── ServiceNotReadyError        ServiceNotReady (retryable: "already being created", "was closed")
         ├── ProducerFencedError         ProducerFenced
+        ├── TopicTerminatedError        TopicTerminatedError
         ├── BacklogQuotaExceededError   ProducerBlockedQuotaExceededError / ...Exception (by the quota's policy)
         └── PersistenceError            PersistenceError
 
@@ -27,7 +28,12 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from quasar.errors import QuasarError
-from quasar.ledger.errors import CursorNotFoundError, ManagedLedgerError, ManagedLedgerFencedError
+from quasar.ledger.errors import (
+    CursorNotFoundError,
+    ManagedLedgerError,
+    ManagedLedgerFencedError,
+    ManagedLedgerTerminatedError,
+)
 from quasar.metadata.errors import MetadataStoreError
 from quasar.protocol.enums import ServerError
 from quasar.protocol.errors import InvalidTopicNameError
@@ -46,6 +52,7 @@ __all__ = [
     "ProducerFencedError",
     "ServiceNotReadyError",
     "TopicNotFoundError",
+    "TopicTerminatedError",
     "send_error_of",
     "server_error_of",
 ]
@@ -112,6 +119,13 @@ class ProducerFencedError(BrokerError):
     server_error = ServerError.ProducerFenced
 
 
+class TopicTerminatedError(BrokerError):
+    """The topic was terminated: no producer may attach or publish (Pulsar TopicTerminatedException; the
+    official client fails the producer and its pending sends for good)."""
+
+    server_error = ServerError.TopicTerminatedError
+
+
 class BacklogQuotaExceededError(BrokerError):
     """A new producer is refused while the topic's backlog quota is exceeded; ``server_error`` is
     ProducerBlockedQuotaExceededError (policy ``producer_request_hold``) or ...Exception
@@ -123,6 +137,7 @@ SERVER_ERRORS: Mapping[type[BaseException], ServerError] = MappingProxyType(
         InvalidTopicNameError: ServerError.InvalidTopicName,
         # Pulsar TopicFencedException: the ledger refuses writes until it is reopened; retryable
         ManagedLedgerFencedError: ServerError.ServiceNotReady,
+        ManagedLedgerTerminatedError: ServerError.TopicTerminatedError,
         CursorNotFoundError: ServerError.SubscriptionNotFound,
         # Pulsar wraps managed-ledger failures in PersistenceException
         ManagedLedgerError: ServerError.PersistenceError,
@@ -154,9 +169,12 @@ def server_error_of(exc: BaseException) -> tuple[ServerError, str]:
 def send_error_of(exc: BaseException) -> tuple[ServerError, str]:
     """(ServerError code, message) for a SEND whose entry was not persisted. As Pulsar's
     ``PersistentTopic.addFailed`` wraps every add failure in PersistenceException, anything but a BrokerError
-    (which keeps its code, e.g. the dedup ``PersistenceError``) answers PersistenceError."""
+    (which keeps its code, e.g. the dedup ``PersistenceError``) answers PersistenceError; a terminated
+    ledger answers TopicTerminatedError."""
     if isinstance(exc, BrokerError):
         return exc.server_error, str(exc)
+    if isinstance(exc, ManagedLedgerTerminatedError):  # Pulsar addFailed: TopicTerminatedException
+        return ServerError.TopicTerminatedError, f"Topic was already terminated: {exc}"
     if isinstance(exc, QuasarError):
         return ServerError.PersistenceError, f"failed to persist entry: {exc}"
     log.error("unexpected error while persisting an entry", exc_info=exc)

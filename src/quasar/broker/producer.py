@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from quasar.broker.access_modes import ProducerAccess, ProducerAccessMode
 from quasar.broker.dedup import DUPLICATE_POSITION, DedupStatus, DisabledDeduplication, MessageDeduplication
-from quasar.broker.errors import PersistenceError, send_error_of
+from quasar.broker.errors import BrokerError, PersistenceError, send_error_of
 from quasar.ledger.position import Position
 from quasar.protocol.enums import ServerError
 
@@ -62,7 +62,9 @@ class ProducerConnection(Protocol):
 
     def close_producer(self, producer: Producer) -> None: ...
 
-    def producer_ready(self, producer: Producer, topic_epoch: int) -> None: ...
+    def producer_ready(self, producer: Producer, topic_epoch: int | None) -> None: ...
+
+    def refuse_producer(self, producer: Producer, error: BrokerError) -> None: ...
 
 
 class ProducerTopic(Protocol):
@@ -140,6 +142,7 @@ class Producer:
     user_provided_name: bool
     access_mode: ProducerAccessMode = ProducerAccessMode.Shared  # CommandProducer.producer_access_mode
     request_id: int = 0  # of the PRODUCER command (a WaitForExclusive producer is answered again with it)
+    requested_epoch: int | None = None  # CommandProducer.topic_epoch: the epoch a reconnecting holder had
     _pending: deque[_PendingSend] = field(default_factory=deque)
     msg_in_counter: int = 0
     bytes_in_counter: int = 0
@@ -245,6 +248,11 @@ class Producer:
     def grant(self, topic_epoch: int) -> None:
         """This waiting (WaitForExclusive) producer now holds the topic: its client may send."""
         self.cnx.producer_ready(self, topic_epoch)
+
+    def refuse(self, error: BrokerError) -> None:
+        """This waiting (WaitForExclusive) producer will not get the topic (fenced out, or its epoch is stale):
+        its PRODUCER request is answered with ``error`` and it is dropped."""
+        self.cnx.refuse_producer(self, error)
 
     @property
     def pending_count(self) -> int:

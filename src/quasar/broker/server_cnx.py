@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from quasar.broker.broker_service import BrokerService
     from quasar.broker.config import BrokerConfig
     from quasar.broker.consumer import Consumer
+    from quasar.broker.errors import BrokerError
     from quasar.broker.producer import Producer
     from quasar.ledger.position import Position
     from quasar.protocol.decoder import Frame
@@ -298,9 +299,13 @@ class ServerCnx(asyncio.Protocol):
         """Broker-initiated CLOSE_PRODUCER (fencing, backlog quota)."""
         self._producer_commands.close_producer(producer)
 
-    def producer_ready(self, producer: Producer, topic_epoch: int) -> None:
+    def producer_ready(self, producer: Producer, topic_epoch: int | None) -> None:
         """PRODUCER_SUCCESS for a waiting producer that now holds the topic."""
         self._producer_commands.producer_ready(producer, topic_epoch)
+
+    def refuse_producer(self, producer: Producer, error: BrokerError) -> None:
+        """Fail a waiting producer's creation with ``error`` (fenced out while it waited)."""
+        self._producer_commands.refuse_producer(producer, error)
 
     # ------------------------------------------------------------------ ConsumerConnection
     def send_message(
@@ -333,6 +338,10 @@ class ServerCnx(asyncio.Protocol):
     def send_active_consumer_change(self, consumer_id: int, is_active: bool) -> None:
         """Failover notification; the client only passes it to a consumer event listener."""
         self.write(commands.new_active_consumer_change(consumer_id, is_active))
+
+    def send_reached_end_of_topic(self, consumer_id: int) -> None:
+        """REACHED_END_OF_TOPIC: the topic is terminated and the consumer's subscription has no backlog."""
+        self.write(commands.new_reached_end_of_topic(consumer_id))
 
 
 def _sub_message(frame: Frame) -> Any:

@@ -161,6 +161,8 @@ class Subscription:
         dispatcher.consumers_changed()
         self._update_blocked()
         self.schedule_dispatch()
+        if self.topic.ledger.is_terminated:  # told after the SUBSCRIBE's SUCCESS, which follows this call
+            asyncio.get_running_loop().call_soon(self.notify_end_of_topic)
 
     def _new_dispatcher(self, sub_type: SubType, meta: KeySharedMeta | None) -> Dispatcher:
         """The dispatch policy for ``sub_type`` (``meta``: the first Key_Shared consumer's keySharedMeta)."""
@@ -339,6 +341,17 @@ class Subscription:
             self.dispatcher.on_acks()
         self._update_blocked()
         self.schedule_dispatch()
+        if self.topic.ledger.is_terminated:
+            self.notify_end_of_topic()
+
+    def notify_end_of_topic(self) -> None:
+        """REACHED_END_OF_TOPIC to every consumer once the topic is terminated and this subscription has
+        acknowledged everything (Pulsar ``PersistentSubscription.topicTerminated`` and the dispatchers'
+        ``NoMoreEntriesToReadException`` path: only when the backlog is 0)."""
+        if not self.topic.ledger.is_terminated or self.cursor.number_of_entries_in_backlog > 0:
+            return
+        for consumer in list(self.consumers):
+            consumer.cnx.send_reached_end_of_topic(consumer.consumer_id)
 
     def _update_blocked(self) -> None:
         """Block / unblock consumers and the whole dispatcher on unacked messages (Shared and Key_Shared only,

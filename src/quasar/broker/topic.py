@@ -12,7 +12,7 @@ import time
 from quasar.broker.access_modes import ProducerAccess
 from quasar.broker.dedup import DEDUP_CURSOR_NAME, MessageDeduplication
 from quasar.broker.dispatchers import entry_num_messages
-from quasar.broker.errors import BacklogQuotaExceededError, NotAllowedError
+from quasar.broker.errors import BacklogQuotaExceededError, NotAllowedError, TopicTerminatedError
 from quasar.broker.policies import BacklogQuota, check_backlog_quota
 from quasar.broker.producer import Producer, PublishCallback
 from quasar.broker.subscription import Subscription, SubscriptionOptions
@@ -74,7 +74,9 @@ class PersistentTopic:
         """Register ``producer`` under its access mode (``access_modes``); returns False when it waits for
         exclusive access. Raises ProducerBusyError (name taken, limit, access conflict); while the backlog
         quota is exceeded new producers are refused (ProducerBlockedQuotaExceededError / ...Exception, by the
-        quota's policy)."""
+        quota's policy); a terminated topic refuses every producer (TopicTerminatedError)."""
+        if self.ledger.is_terminated:
+            raise TopicTerminatedError(f"Topic {self.name.full_name} was already terminated")
         quota = self.backlog_quota
         if (
             not quota.unlimited
@@ -94,6 +96,17 @@ class PersistentTopic:
 
     def remove_producer(self, producer: Producer) -> None:
         self.access.remove(producer)
+
+    async def terminate(self) -> Position:
+        """Terminate the topic (Pulsar ``PersistentTopic.terminate``): the managed ledger takes no more entries,
+        for good; every producer is disconnected (its reconnect is refused with TopicTerminatedError, final for
+        the client) and consumers that have acknowledged everything are told REACHED_END_OF_TOPIC. Returns the
+        last message's position. Raises the ledger's errors (``ManagedLedgerError``)."""
+        last = await self.ledger.terminate()
+        self.disconnect_producers()
+        for subscription in list(self.subscriptions.values()):
+            subscription.notify_end_of_topic()
+        return last
 
     def disconnect_producers(self) -> None:
         """Broker-initiated CLOSE_PRODUCER to every producer (backlog quota exceeded); clients reconnect."""

@@ -65,6 +65,11 @@ class ManagedLedgerFencedError(ManagedLedgerError):
     further write until it is closed and opened again (Pulsar ManagedLedgerFencedException)."""
 
 
+class ManagedLedgerTerminatedError(ManagedLedgerError):
+    """The managed ledger was terminated: it takes no more entries, for good (Pulsar
+    ManagedLedgerTerminatedException; the broker answers TopicTerminatedError)."""
+
+
 class ManagedLedgerAlreadyClosedError(ManagedLedgerError):
     """The managed ledger or its factory is closed (Pulsar ManagedLedgerAlreadyClosedException)."""
 

@@ -116,11 +116,13 @@ class LedgerTable:
     """The ledger rows of one managed ledger plus ``next_offset``, with O(log n) mapping between positions
     and queue offsets. Rows are appended by the managed ledger on rollover; this class does no I/O."""
 
-    __slots__ = ("_firsts", "_ids", "next_offset", "rows")
+    __slots__ = ("_firsts", "_ids", "next_offset", "rows", "terminated")
 
-    def __init__(self, rows: list[LedgerInfo], next_offset: int) -> None:
+    def __init__(self, rows: list[LedgerInfo], next_offset: int, *, terminated: bool = False) -> None:
         """``rows``: at least one, ids strictly increasing, first queue offsets non-decreasing.
         ``next_offset``: the next queue offset to be written (>= the last row's first offset).
+        ``terminated``: the managed ledger takes no more entries (Pulsar ``ManagedLedgerInfo.terminatedPosition``;
+        persisted as ``"terminated": true``).
         Raises ``MetadataError`` when the rows break those rules."""
         if not rows:
             raise MetadataError("a ledger table needs at least one ledger")
@@ -133,6 +135,7 @@ class LedgerTable:
         self._ids = [r.ledger_id for r in rows]
         self._firsts = [r.first_queue_offset for r in rows]
         self.next_offset = next_offset
+        self.terminated = terminated
 
     # ------------------------------------------------------------------ structure
     def append(self, info: LedgerInfo) -> None:
@@ -188,7 +191,10 @@ class LedgerTable:
         return max(bisect_right(self._firsts, offset) - 1, 0)
 
     def to_json(self) -> dict[str, Any]:
-        return {"ledgers": [r.to_json() for r in self.rows]}
+        value: dict[str, Any] = {"ledgers": [r.to_json() for r in self.rows]}
+        if self.terminated:
+            value["terminated"] = True
+        return value
 
     # ------------------------------------------------------------------ mapping
     def position_of(self, offset: int) -> Position:

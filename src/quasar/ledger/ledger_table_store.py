@@ -1,9 +1,10 @@
 """LedgerTableStore: persistence and crash recovery of a managed ledger's ledger table.
 
 The table lives under ``/managed-ledgers/<encoded name>`` (``paths``) as JSON ``{"ledgers": [row, ...]}`` (row
-layout in ``ledger_table``). Every write is a compare-and-set on the version last read or written, as Pulsar
-writes ``ManagedLedgerInfo`` with its ``Stat`` version: a version mismatch means another owner wrote the table,
-and the write fails with ``ManagedLedgerFencedError`` (the managed ledger then fences itself). Writes are
+layout in ``ledger_table``; ``"terminated": true`` once the managed ledger was terminated). Every write is a
+compare-and-set on the version last read or written, as Pulsar writes ``ManagedLedgerInfo`` with its ``Stat``
+version: a version mismatch means another owner wrote the table, and the write fails with
+``ManagedLedgerFencedError`` (the managed ledger then fences itself). Writes are
 serialised by a lock, each writing the table as it is when its turn comes.
 
 Recovery reconciles the stored table with the message store, which is the truth for what was written:
@@ -98,7 +99,7 @@ class LedgerTableStore:
             )
             rows[0].first_queue_offset = store_end
             repaired = True
-        table = LedgerTable(rows, store_end)
+        table = LedgerTable(rows, store_end, terminated=value.get("terminated") is True)
         last = table.last
         entries = table.entries_in(len(table) - 1)
         if entries > 0 and (last.entries != entries or last.size_bytes is None):

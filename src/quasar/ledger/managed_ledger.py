@@ -48,6 +48,7 @@ from quasar.ledger.errors import (
     ManagedLedgerAlreadyClosedError,
     ManagedLedgerError,
     ManagedLedgerFencedError,
+    ManagedLedgerTerminatedError,
     MetadataError,
 )
 from quasar.ledger.ledger_id_allocator import LedgerIdAllocator
@@ -176,6 +177,11 @@ class ManagedLedger:
     @property
     def is_fenced(self) -> bool:
         return self._state is _State.FENCED
+
+    @property
+    def is_terminated(self) -> bool:
+        """Terminated (:meth:`terminate`): no more entries, ever; reads go on."""
+        return self._table.terminated
 
     @property
     def ledgers(self) -> list[LedgerInfo]:
@@ -337,10 +343,38 @@ class ManagedLedger:
             self._state = _State.FENCED
 
     def check_writable(self) -> None:
-        """Raise ``ManagedLedgerAlreadyClosedError`` or ``ManagedLedgerFencedError`` unless writes are allowed."""
+        """Raise ``ManagedLedgerAlreadyClosedError``, ``ManagedLedgerFencedError`` or
+        ``ManagedLedgerTerminatedError`` unless writes are allowed."""
         self._check_not_closed()
         if self._state is _State.FENCED:
             raise ManagedLedgerFencedError(f"managed ledger {self._name} is fenced; close and reopen it")
+        if self._table.terminated:
+            raise ManagedLedgerTerminatedError(f"managed ledger {self._name} was terminated")
+
+    async def terminate(self) -> Position:
+        """Take no more entries, for good (Pulsar ``ManagedLedgerImpl.asyncTerminate``): new adds fail with
+        ``ManagedLedgerTerminatedError`` at once, adds in flight finish, then the ledger table is written with
+        the terminated mark (so it survives restarts and travels to replicas with the metadata). Returns the
+        last entry's position (``(ledger, -1)`` when the ledger holds none). Idempotent. Raises
+        ``ManagedLedgerAlreadyClosedError``, ``ManagedLedgerFencedError``, ``MetadataError`` (the mark is then
+        withdrawn: the ledger takes entries again, as before the call)."""
+        self._check_not_closed()
+        if self._state is _State.FENCED:
+            raise ManagedLedgerFencedError(f"managed ledger {self._name} is fenced; close and reopen it")
+        if not self._table.terminated:
+            self._table.terminated = True
+            await self._writer.wait_idle()
+            try:
+                await self._table_store.write(self._table)
+            except ManagedLedgerFencedError as exc:
+                self._table.terminated = False
+                self.fence(str(exc))
+                raise
+            except MetadataError:
+                self._table.terminated = False
+                raise
+            log.info("%s: terminated at %s", self._name, self.last_confirmed_entry)
+        return self.last_confirmed_entry
 
     # ------------------------------------------------------------------ cursors
     async def open_cursor(

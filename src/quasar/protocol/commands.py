@@ -91,6 +91,7 @@ __all__ = [
     "new_pong",
     "new_producer",
     "new_producer_success",
+    "new_reached_end_of_topic",
     "new_redeliver_unacknowledged_messages",
     "new_seek",
     "new_send",
@@ -457,6 +458,14 @@ def new_active_consumer_change(consumer_id: int, is_active: bool) -> bytes:
     body = cmd.active_consumer_change
     body.consumer_id = consumer_id
     body.is_active = is_active
+    return encode_command(cmd)
+
+
+@builder
+def new_reached_end_of_topic(consumer_id: int) -> bytes:
+    """REACHED_END_OF_TOPIC: the consumer's topic was terminated and everything in it was acknowledged."""
+    cmd = BaseCommand(type=BaseCommand.REACHED_END_OF_TOPIC)
+    cmd.reachedEndOfTopic.consumer_id = u64(consumer_id)
     return encode_command(cmd)
 
 

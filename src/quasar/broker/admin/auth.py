@@ -8,7 +8,7 @@ client certificate (``quasar.security.authentication``): 401 ``{"reason": ...}``
 
 - ``SUPER_USER``: tenants, clusters, brokers, replication, broker stats, and any route not listed below;
 - ``TENANT_ADMIN`` (super user or one of the tenant's ``adminRoles``): namespaces, namespace and topic
-  policies, permissions, creating topics;
+  policies, permissions, creating and terminating topics;
 - ``NAMESPACE_LOOKUP``: listing a namespace's topics: produce or consume granted on the namespace;
 - ``TOPIC_LOOKUP``: partitions, stats, HTTP lookup: produce or consume on the topic or its namespace;
 - ``TOPIC_CONSUME``: subscriptions, last message id, message query, deleting a subscription: consume (and
@@ -78,6 +78,8 @@ ROUTE_REQUIREMENTS = MappingProxyType(
         ("GET", _TOPIC + "/lastMessageId"): _R.TOPIC_CONSUME,
         ("GET", _TOPIC + "/messages"): _R.TOPIC_CONSUME,
         ("DELETE", _TOPIC + "/subscription/{subscription}"): _R.TOPIC_CONSUME,
+        ("POST", _TOPIC + "/terminate"): _R.TENANT_ADMIN,
+        ("POST", _TOPIC + "/terminate/partitions"): _R.TENANT_ADMIN,
         **{
             (method, path): _R.TENANT_ADMIN
             for path in (

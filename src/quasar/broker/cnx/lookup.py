@@ -35,6 +35,15 @@ class TopicsMode(enum.IntEnum):
     ALL = 2
 
 
+def _lookup_error_of(exc: QuasarError) -> tuple[ServerError, str]:
+    """The ServerError a LOOKUP or PARTITIONED_METADATA failure answers: a topic whose namespace does not exist
+    is TopicNotFound there, which the official client does not retry (Pulsar answers it so; elsewhere an unknown
+    namespace stays a MetadataError)."""
+    if isinstance(exc, NamespaceNotFoundError):
+        return ServerError.TopicNotFound, str(exc)
+    return server_error_of(exc)
+
+
 class LookupCommands:
     """The connection-level and lookup commands of one connection."""
 
@@ -75,7 +84,7 @@ class LookupCommands:
             self._cnx.service.security.check_lookup(self._cnx.role, topic)
             partitions = self._cnx.service.partitions(topic)
         except QuasarError as exc:
-            code, message = server_error_of(exc)
+            code, message = _lookup_error_of(exc)
             self._cnx.write(commands.new_partitioned_metadata_error(cmd.request_id, code, message))
             return
         self._cnx.write(commands.new_partitioned_metadata_response(cmd.request_id, partitions))
@@ -83,7 +92,7 @@ class LookupCommands:
     def handle_lookup(self, frame: Frame) -> None:
         """LOOKUP: the owning broker's URLs on the listener asked for (``BrokerService.lookup``: Connect, or
         Redirect with ``authoritative``); a Failed answer with the error's ServerError otherwise (a topic in
-        an unknown namespace: MetadataError; no live master for its group: ServiceNotReady)."""
+        an unknown namespace: TopicNotFound; no live master for its group: ServiceNotReady)."""
         cmd = frame.command.lookupTopic
         self._cnx.spawn(
             self._lookup(cmd.request_id, cmd.topic, cmd.authoritative, cmd.advertised_listener_name)
@@ -95,7 +104,7 @@ class LookupCommands:
             self._cnx.service.security.check_lookup(self._cnx.role, topic)
             answer = await self._cnx.service.lookup(topic, authoritative=authoritative, listener=listener)
         except QuasarError as exc:
-            code, message = server_error_of(exc)
+            code, message = _lookup_error_of(exc)
             self._cnx.write(commands.new_lookup_error(request_id, code, message))
             return
         self._cnx.write(

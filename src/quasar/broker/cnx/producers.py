@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from quasar.broker.access_modes import ProducerAccessMode
 from quasar.broker.cnx.ports import HandlerTable, ProducerPort
-from quasar.broker.errors import ProducerBusyError, ServiceNotReadyError, server_error_of
+from quasar.broker.errors import BrokerError, ProducerBusyError, ServiceNotReadyError, server_error_of
 from quasar.broker.producer import Producer
 from quasar.errors import QuasarError
 from quasar.protocol import (
@@ -126,6 +126,7 @@ class ProducerCommands:
             user_provided,
             access_mode=access_mode,
             request_id=cmd.request_id,
+            requested_epoch=cmd.topic_epoch if cmd.HasField("topic_epoch") else None,
         )
         if cmd.initial_subscription_name and topic.is_persistent:
             # Pulsar ServerCnx.handleProducer: create the producer's initial subscription at Earliest
@@ -135,8 +136,9 @@ class ProducerCommands:
             )
         return producer, topic.add_producer(producer)
 
-    def producer_ready(self, producer: Producer, topic_epoch: int) -> None:
-        """PRODUCER_SUCCESS for a producer that may send now (with ``topic_epoch`` for exclusive modes)."""
+    def producer_ready(self, producer: Producer, topic_epoch: int | None) -> None:
+        """PRODUCER_SUCCESS for a producer that may send now, with the topic's epoch once a producer has held the
+        topic exclusively (Pulsar answers every access mode with it; the client sends it back on reconnect)."""
         last_sequence_id = producer.topic.dedup.last_published_sequence_id(producer.producer_name)
         mode = producer.access_mode
         self._cnx.write(
@@ -144,7 +146,7 @@ class ProducerCommands:
                 producer.request_id,
                 producer.producer_name,
                 last_sequence_id,
-                topic_epoch=topic_epoch if mode != ProducerAccessMode.Shared else None,
+                topic_epoch=topic_epoch,
                 producer_ready=True if mode == ProducerAccessMode.WaitForExclusive else None,
             )
         )
@@ -238,6 +240,14 @@ class ProducerCommands:
             self._producers.close(producer.producer_id)
         self.detach(producer)
         self._cnx.write(commands.new_close_producer(producer.producer_id, 0))
+
+    def refuse_producer(self, producer: Producer, error: BrokerError) -> None:
+        """A waiting producer will not get the topic: answer its PRODUCER request with ``error`` (Pulsar fails
+        the queued producer's future) and detach it."""
+        if self._producers.get(producer.producer_id) is producer:
+            self._producers.close(producer.producer_id)
+        self.detach(producer)
+        self._reply_error(producer.request_id, error)
 
     def detach(self, producer: Producer) -> None:
         """Take ``producer`` off its topic; receipts still in flight are not sent."""
