@@ -107,3 +107,23 @@ async def test_client_without_refresh_support_is_closed_when_its_token_expires()
     await wait_for(lambda: transport.closed)
     assert transport.frames() == []  # no challenge sent: the client could not answer it
     cnx.connection_lost(None)
+
+
+async def test_refusal_tells_the_client_no_more_than_pulsar_does() -> None:
+    cnx, transport = open_cnx(token("alice", expiry_s=-5))
+    [error] = transport.frames()
+    assert error.command.error.message == "Unable to authenticate"  # not "expired", not which check failed
+    cnx.connection_lost(None)
+
+
+async def test_a_refresh_without_expiry_stops_the_timer() -> None:
+    cnx, transport = open_cnx(token(expiry_s=1))
+    transport.frames()
+    await wait_for(lambda: bool(transport.out))
+    transport.frames()
+    cnx.data_received(
+        requests.new_auth_response("test", "token", create_token("alice", secret_key=KEY).encode())
+    )
+    await wait_for(lambda: cnx.auth._timer is None)
+    assert not transport.closed and cnx.role == "alice"
+    cnx.connection_lost(None)

@@ -4,7 +4,8 @@ permission checks, and the refresh of expiring credentials (Pulsar ``ServerCnx``
 
 - CONNECT: with authentication on, ``auth_method_name`` picks the provider and ``auth_data`` (or the TLS client
   certificate) is authenticated; a refusal answers ERROR (request id -1) with ServerError AuthenticationError
-  and closes the connection. With it off the connection has no role (nothing is checked).
+  and Pulsar's message "Unable to authenticate" (the reason is logged, not sent) and closes the connection.
+  With it off the connection has no role (nothing is checked).
 - Refresh: a credential that expires (a token with ``exp``) is looked at every
   ``authentication_refresh_check_seconds``. Once expired the broker sends AUTH_CHALLENGE (``auth_data``
   ``refresh``) and waits for AUTH_RESPONSE with fresh credentials of the same method and role; a client that
@@ -90,9 +91,11 @@ class ConnectionAuth:
             self._schedule()
         return True
 
-    def _refuse(self, message: str) -> None:
-        self._cnx.write(commands.new_error(-1, ServerError.AuthenticationError, message))
-        self._cnx.close(message)
+    def _refuse(self, reason: str) -> None:
+        """ERROR AuthenticationError with Pulsar's generic message (the reason, which may say what was wrong
+        with the credentials, goes to the broker's log only), then close."""
+        self._cnx.write(commands.new_error(-1, ServerError.AuthenticationError, "Unable to authenticate"))
+        self._cnx.close(reason)
 
     def _schedule(self) -> None:
         loop = asyncio.get_running_loop()
@@ -102,7 +105,9 @@ class ConnectionAuth:
         """Pulsar ``refreshAuthenticationCredentials``: challenge an expired credential, or disconnect."""
         self._timer = None
         result = self.result
-        if result is None or not result.is_expired():
+        if result is None or result.expires_at is None:
+            return  # refreshed with a credential that does not expire: nothing more to watch
+        if not result.is_expired():
             self._schedule()
             return
         if not self._supports_refresh:
