@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+from quasar.broker.auth import NO_SECURITY
 from quasar.broker.cluster.model import LookupAnswer, LookupKind
 from quasar.broker.config import BrokerConfig
 from quasar.broker.errors import NamespaceNotFoundError
@@ -62,6 +63,7 @@ class FakeService:
 
     broker_service_url = "pulsar://test:6650"
     read_only: str | None = None
+    security = NO_SECURITY
 
     def write_refusal(self) -> str | None:
         return None

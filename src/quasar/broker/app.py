@@ -20,6 +20,7 @@ from aiohttp import web
 
 from quasar.broker.admin import build_admin_app, replication_routes
 from quasar.broker.admin.query import MESSAGE_STORE, pulsar_entry_keys
+from quasar.broker.auth import build_broker_security
 from quasar.broker.broker_service import BrokerService
 from quasar.broker.cluster.member import ClusterMember
 from quasar.broker.cluster.model import BrokerInfo, parse_advertised_listeners
@@ -279,6 +280,7 @@ class BrokerApp:
                 ),
             ),
         )
+        service.security = build_broker_security(config, service.resources)
         await service.bootstrap()
         self._policy_task = asyncio.create_task(self._policy_loop(service), name="broker-policy-checks")
         self.service = service

@@ -19,6 +19,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from quasar.broker.auth import NO_SECURITY, BrokerSecurity
 from quasar.broker.cluster.model import LookupAnswer, LookupKind, UnknownListenerError
 from quasar.broker.cluster.ownership import ClusterOwnership
 from quasar.broker.errors import (
@@ -101,6 +102,8 @@ class BrokerService:
         self._loading: dict[str, asyncio.Task[PersistentTopic]] = {}  # topic -> its one pending load
         self._policy_refresh: asyncio.Task[None] | None = None
         self.resources.on_policies_changed = self._refresh_policies
+        self.security: BrokerSecurity = NO_SECURITY
+        """Authentication and authorization (``quasar.broker.auth``); set by the composition root."""
         self.ownership: ClusterOwnership | None = None
         """Set by the composition root of a cluster member (``quasar broker``); None: standalone, this broker
         serves every topic."""

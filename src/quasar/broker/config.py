@@ -106,6 +106,15 @@ class BrokerConfig:
       ``min_in_sync_replicas`` (1), ``enable_auto_in_sync_replicas`` (false): CommitLog#handleHA's
       needAckNums; ``enable_elect_unclean_master`` (false: only an in-sync slave may be elected);
       ``state_snapshot_interval_s`` (600): how often the full ledger/cursor state is journaled again.
+    - authentication and authorization (Pulsar's names; README "Authentication and authorization"):
+      ``authentication_enabled`` (false); ``authentication_providers`` (method names: ``token``, ``basic``,
+      ``tls``); ``anonymous_user_role`` ("" = clients without credentials are refused);
+      ``token_secret_key`` (HS256) or ``token_public_key`` with ``token_public_alg`` (RS256; ES256, ...): key
+      values ``file:///path`` or ``data:;base64,...``; ``token_auth_claim`` (``sub``) names the role;
+      ``token_audience_claim`` / ``token_audience`` (checked when the claim is set); ``basic_auth_conf`` (an
+      htpasswd file path or its base64 content); ``authentication_refresh_check_seconds`` (60): how often
+      expired credentials of binary connections are refreshed (AUTH_CHALLENGE); ``authorization_enabled``
+      (false) with ``super_user_roles``.
     """
 
     host: str = "127.0.0.1"
@@ -195,6 +204,21 @@ class BrokerConfig:
     enable_auto_in_sync_replicas: bool = False
     enable_elect_unclean_master: bool = False
     state_snapshot_interval_s: float = 600.0
+    # Authentication and authorization (Pulsar broker.conf names; quasar.security; README "Authentication
+    # and authorization")
+    authentication_enabled: bool = False
+    authentication_providers: tuple[str, ...] = ()
+    anonymous_user_role: str = ""
+    token_secret_key: str = ""
+    token_public_key: str = ""
+    token_public_alg: str = "RS256"
+    token_auth_claim: str = "sub"
+    token_audience_claim: str = ""
+    token_audience: str = ""
+    basic_auth_conf: str = ""
+    authentication_refresh_check_seconds: float = 60.0
+    authorization_enabled: bool = False
+    super_user_roles: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535 or not 0 <= self.admin_port <= 65535:
@@ -232,6 +256,21 @@ class BrokerConfig:
         if self.broker_id and not self.broker_name:
             raise ValueError("broker_id needs broker_name (the broker group it belongs to)")
         self._check_replication()
+        self._check_authentication()
+
+    def _check_authentication(self) -> None:
+        for name in ("authentication_providers", "super_user_roles"):
+            value = getattr(self, name)
+            if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+                raise ValueError(f"{name} must be a list of strings, got {value!r}")
+            object.__setattr__(self, name, tuple(value))
+        unknown = sorted(set(self.authentication_providers) - {"token", "basic", "tls"})
+        if unknown:
+            raise ValueError(f"authentication_providers: unknown methods {unknown} (token, basic, tls)")
+        if self.authentication_refresh_check_seconds <= 0:
+            raise ValueError("authentication_refresh_check_seconds must be positive")
+        if self.authentication_enabled and not self.authentication_providers and not self.anonymous_user_role:
+            raise ValueError("authentication_enabled needs authentication_providers (or anonymous_user_role)")
 
     def _check_replication(self) -> None:
         if self.broker_role not in ("", "ASYNC_MASTER", "SYNC_MASTER", "SLAVE"):

@@ -249,6 +249,17 @@ class BrokerResources:
             await self._write(namespace_path(namespace), policies)
             self.namespaces[namespace] = policies
 
+    async def update_namespace_policy(self, namespace: str, key: str, update: Callable[[Any], Any]) -> Any:
+        """Replace policy ``key`` of ``namespace`` by ``update(current value or None)`` (None: remove it), as
+        one read-modify-write under the lock (concurrent grants do not lose each other); returns the new value.
+        Raises KeyError for an unknown namespace."""
+        async with self._lock:
+            value = update(self.namespaces[namespace].get(key))
+            policies = _updated(self.namespaces[namespace], key, value)
+            await self._write(namespace_path(namespace), policies)
+            self.namespaces[namespace] = policies
+            return value
+
     async def create_partitioned_topic(self, topic: TopicName, partitions: int) -> None:
         """Record ``topic`` with ``partitions`` partitions (create-only: raises ``AlreadyExistsError`` when the
         path exists, other ``MetadataStoreError`` on failure; memory changes only after the durable write)."""

@@ -12,8 +12,10 @@ else escaping a handler, or a task the connection spawned, is a bug: logged with
 connection is closed. Nothing escapes to the event loop.
 
 Owned background work, cancelled in ``connection_lost``: the keep-alive timer (PING after an idle
-``keep_alive_interval_s``, close after a second silent interval) and the tasks of ``spawn`` (PRODUCER,
-SUBSCRIBE and UNSUBSCRIBE that wait on topic loading or metadata).
+``keep_alive_interval_s``, close after a second silent interval), the credential refresh timer of ``auth``
+(``cnx.auth.ConnectionAuth``: CONNECT authentication, the role LOOKUP/PRODUCER/SUBSCRIBE are checked against,
+AUTH_CHALLENGE when a token expires) and the tasks of ``spawn`` (PRODUCER, SUBSCRIBE and UNSUBSCRIBE that wait
+on topic loading or metadata).
 
 Output is written once per event-loop turn: every frame a turn produces (receipts of a group commit round,
 the MESSAGE frames of a dispatch round, replies) is queued, and one ``writelines`` hands them all to the
@@ -35,6 +37,7 @@ import socket
 from collections.abc import Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
+from quasar.broker.cnx.auth import ConnectionAuth
 from quasar.broker.cnx.consumers import ConsumerCommands
 from quasar.broker.cnx.lookup import LookupCommands
 from quasar.broker.cnx.ports import FrameHandler, IdRegistry
@@ -74,6 +77,7 @@ class ServerCnx(asyncio.Protocol):
         self._decoder = FrameDecoder(max_frame_size=config.max_message_size + MESSAGE_SIZE_FRAME_PADDING)
         self.transport: asyncio.Transport | None = None
         self.remote_address = ""
+        self.peer_certificate_der: bytes | None = None  # the verified TLS client certificate (DER), if any
         self.connected = False  # CONNECT received and answered
         self.client_version = ""
         self.protocol_version = 0
@@ -90,12 +94,14 @@ class ServerCnx(asyncio.Protocol):
         self._awaiting_pong = False
         self._keepalive: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self.auth = ConnectionAuth(self, service.security, SERVER_VERSION)
         self._producer_commands = ProducerCommands(self)
         self._consumer_commands = ConsumerCommands(self)
         self._connected_handlers: dict[int, FrameHandler] = {
             **LookupCommands(self).handlers(),
             **self._producer_commands.handlers(),
             **self._consumer_commands.handlers(),
+            CommandType.AUTH_RESPONSE: self.auth.handle_auth_response,
         }
         self._handlers: Mapping[int, FrameHandler] = {CommandType.CONNECT: self._handle_connect}
 
@@ -109,6 +115,9 @@ class ServerCnx(asyncio.Protocol):
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        ssl_object = tcp.get_extra_info("ssl_object")
+        if ssl_object is not None:  # a TLS listener: the client certificate the handshake verified, if any
+            self.peer_certificate_der = ssl_object.getpeercert(binary_form=True)
         tcp.set_write_buffer_limits(high=WRITE_BUFFER_HIGH_WATER, low=WRITE_BUFFER_LOW_WATER)
         self._connections.add(self)
         self._schedule_keepalive()
@@ -148,6 +157,7 @@ class ServerCnx(asyncio.Protocol):
         if self._keepalive is not None:
             self._keepalive.cancel()
             self._keepalive = None
+        self.auth.close()
         self._producer_commands.close_all()
         self._consumer_commands.close_all()
         for task in list(self._tasks):
@@ -164,10 +174,13 @@ class ServerCnx(asyncio.Protocol):
 
     # ------------------------------------------------------------------ dispatch
     def _handle_connect(self, frame: Frame) -> None:
-        """CONNECT: agree on the protocol version, answer CONNECTED, and switch to the full dispatch table."""
+        """CONNECT: agree on the protocol version, authenticate (``cnx.auth``; a refusal closes the
+        connection), answer CONNECTED, and switch to the full dispatch table."""
         connect = frame.command.connect
         self.client_version = connect.client_version
         self.protocol_version = min(connect.protocol_version, MAX_PROTOCOL_VERSION)
+        if not self.auth.connect(connect):
+            return
         self.connected = True
         self._handlers = self._connected_handlers
         self.write(
@@ -195,6 +208,11 @@ class ServerCnx(asyncio.Protocol):
         self.close(f"command {name} is not supported and has no request id to answer")
 
     # ------------------------------------------------------------------ the port (cnx.ports)
+    @property
+    def role(self) -> str | None:
+        """The authenticated role (None with authentication off), checked by LOOKUP, PRODUCER, SUBSCRIBE."""
+        return self.auth.role
+
     @property
     def writable(self) -> bool:
         return self._writable and not self._closing

@@ -6,7 +6,9 @@ operations issue grows it into ``pulsar-admin``'s commands).
 - ``quasar admin broker-group failover G``: manual switch (RocketMQ 5's ``electMaster``): the master of G
   resigns and an in-sync slave is elected; refused (exit 1) when no slave is in sync.
 
-``--admin-url`` is any broker of the cluster (``GET /admin/v2/brokers`` finds the group's master).
+``--admin-url`` is any broker of the cluster (``GET /admin/v2/brokers`` finds the group's master). On a broker
+with authentication on, ``quasar admin --auth-token JWT`` (or the ``QUASAR_AUTH_TOKEN`` environment variable)
+sends ``Authorization: Bearer JWT``; these commands need a super user's token.
 """
 
 from __future__ import annotations
@@ -24,8 +26,13 @@ TIMEOUT_S = 10.0
 
 
 def _request(method: str, url: str) -> tuple[int, Any]:
-    """(HTTP status, decoded JSON body or None); raises click.ClickException when nothing answers."""
+    """(HTTP status, decoded JSON body or None), with the group's ``--auth-token`` as a Bearer token; raises
+    click.ClickException when nothing answers."""
     request = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
+    context = click.get_current_context(silent=True)
+    token = context.find_root().meta.get(_TOKEN_META) if context is not None else None
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
             body = response.read()
@@ -60,9 +67,20 @@ def _master(members: list[dict[str, Any]], group: str) -> dict[str, Any]:
     return max(masters, key=lambda b: int(b.get("epoch", 0)))
 
 
+_TOKEN_META = "quasar.admin.auth_token"
+
+
 @click.group()
-def admin() -> None:
+@click.option(
+    "--auth-token",
+    envvar="QUASAR_AUTH_TOKEN",
+    default=None,
+    help="JWT sent as 'Authorization: Bearer' to a broker with authentication on [env QUASAR_AUTH_TOKEN].",
+)
+@click.pass_context
+def admin(ctx: click.Context, auth_token: str | None) -> None:
     """Operator commands over the admin REST API."""
+    ctx.find_root().meta[_TOKEN_META] = auth_token
 
 
 @admin.group("broker-group")

@@ -21,6 +21,7 @@ def _register() -> None:
     from quasar.cli.nameserver import nameserver
     from quasar.cli.query import query
     from quasar.cli.standalone import standalone
+    from quasar.cli.tokens import tokens
 
     main.add_command(standalone)
     main.add_command(broker)
@@ -29,6 +30,7 @@ def _register() -> None:
     main.add_command(nameserver)
     main.add_command(cluster)
     main.add_command(admin)
+    main.add_command(tokens)
 
 
 _register()

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 import click
 
 from quasar.broker.app import BrokerApp
+from quasar.broker.auth import build_authentication
 from quasar.broker.config import BrokerConfig
 from quasar.broker.gc_tuning import tune_gc
 from quasar.native import compiled_modules
@@ -78,8 +79,11 @@ def load_config(config_file: Path | None, overrides: dict[str, Any]) -> BrokerCo
     values = {k: v for k, v in overrides.items() if v is not None}
     try:
         if config_file is not None:
-            return BrokerConfig.from_file(config_file, **values)
-        return BrokerConfig.from_mapping(values)
+            config = BrokerConfig.from_file(config_file, **values)
+        else:
+            config = BrokerConfig.from_mapping(values)
+        build_authentication(config)  # keys and htpasswd files readable, before anything starts
+        return config
     except (ValueError, OSError) as exc:
         raise click.BadParameter(str(exc)) from exc
 

@@ -35,6 +35,7 @@ from .proto.PulsarApi_pb2 import (
 )
 from .requests import (
     new_ack,
+    new_auth_response,
     new_connect,
     new_consumer_stats,
     new_flow,
@@ -61,6 +62,8 @@ __all__ = [
     "new_ack",
     "new_ack_response",
     "new_active_consumer_change",
+    "new_auth_challenge",
+    "new_auth_response",
     "new_close_consumer",
     "new_close_producer",
     "new_connect",
@@ -177,6 +180,22 @@ def new_connected(server_version: str, protocol_version: int, max_message_size: 
     body.protocol_version = protocol_version
     if max_message_size is not None:
         body.max_message_size = max_message_size
+    return encode_command(cmd)
+
+
+@builder
+def new_auth_challenge(
+    server_version: str, auth_method_name: str, auth_data: bytes, protocol_version: int
+) -> bytes:
+    """AUTH_CHALLENGE: the broker asks for (fresh) credentials of method ``auth_method_name``; ``auth_data``
+    ``b"refresh"`` asks a connected client to refresh an expired credential (Pulsar ``AuthData.REFRESH``).
+    The client answers AUTH_RESPONSE."""
+    cmd = BaseCommand(type=BaseCommand.AUTH_CHALLENGE)
+    body = cmd.authChallenge
+    body.server_version = server_version
+    body.protocol_version = protocol_version
+    body.challenge.auth_method_name = auth_method_name
+    body.challenge.auth_data = auth_data
     return encode_command(cmd)
 
 

@@ -30,6 +30,7 @@ from .proto.PulsarApi_pb2 import (
 
 __all__ = [
     "new_ack",
+    "new_auth_response",
     "new_connect",
     "new_consumer_stats",
     "new_flow",
@@ -72,6 +73,20 @@ def new_connect(
     flags = body.feature_flags
     flags.supports_auth_refresh = supports_auth_refresh
     flags.supports_broker_entry_metadata = supports_broker_entry_metadata
+    return encode_command(cmd)
+
+
+@builder
+def new_auth_response(
+    client_version: str, auth_method_name: str, auth_data: bytes, protocol_version: int = MAX_PROTOCOL_VERSION
+) -> bytes:
+    """AUTH_RESPONSE: the client's answer to AUTH_CHALLENGE with credentials of ``auth_method_name``."""
+    cmd = BaseCommand(type=BaseCommand.AUTH_RESPONSE)
+    body = cmd.authResponse
+    body.client_version = client_version
+    body.protocol_version = protocol_version
+    body.response.auth_method_name = auth_method_name
+    body.response.auth_data = auth_data
     return encode_command(cmd)
 
 

@@ -14,9 +14,10 @@ from typing import Any
 
 from aiohttp import web
 
-from quasar.broker.admin import cluster_routes, topic_routes
+from quasar.broker.admin import cluster_routes, permission_routes, topic_routes
 from quasar.broker.admin import query as query_routes
 from quasar.broker.admin.app_keys import SERVICE_KEY
+from quasar.broker.admin.auth import auth_middleware
 from quasar.broker.broker_service import BrokerService, TopicExistsError
 from quasar.broker.errors import (
     BrokerError,
@@ -101,6 +102,11 @@ async def _json_body(request: web.Request) -> Any:
 
 
 # ---------------------------------------------------------------------- clusters, tenants, namespaces
+async def get_status(request: web.Request) -> web.Response:
+    """GET /status.html: ``OK`` while the broker serves (Pulsar's health page; open without credentials)."""
+    return web.Response(text="OK")
+
+
 async def get_clusters(request: web.Request) -> web.Response:
     return web.json_response([_service(request).cluster_name])
 
@@ -407,19 +413,26 @@ def _policy_routes(topic: str) -> list[web.RouteDef]:
 
 
 def build_admin_app(service: BrokerService) -> web.Application:
-    """The admin REST application for ``service``."""
+    """The admin REST application for ``service``, authenticated and authorized by ``service.security``
+    (``admin.auth``)."""
     owner_only = (get_stats, get_internal_stats, get_subscriptions, get_last_message_id, delete_subscription,
                   put_topic, query_routes.query_messages, *topic_routes.OWNER_ONLY)  # fmt: skip
     app = web.Application(
-        middlewares=[_errors_middleware, cluster_routes.owner_redirect_middleware(owner_only)],
+        middlewares=[
+            auth_middleware(service.security),
+            _errors_middleware,
+            cluster_routes.owner_redirect_middleware(owner_only),
+        ],
         client_max_size=1024 * 1024,
     )
     app[SERVICE_KEY] = service
+    permission_routes.register(app)  # grants: before the {topic} templates
     topic_routes.register(app)  # POST .../{topic}/terminate[/partitions] (Pulsar topic termination)
     query_routes.register(app)  # GET .../{topic}/messages?key=K&from=MS&to=MS (RocketMQ queryMessage)
     topic = "/admin/v2/{domain}/{tenant}/{namespace}/{topic}"
     app.add_routes(
         [
+            web.get("/status.html", get_status),
             web.get("/admin/v2/clusters", get_clusters),
             web.get("/admin/v2/tenants", get_tenants),
             web.put("/admin/v2/tenants/{tenant}", put_tenant),

@@ -101,7 +101,8 @@ class ConsumerCommands:
 
     async def _new_consumer(self, cmd: CommandSubscribe) -> Consumer:
         """Load the topic, get or create the subscription and attach a consumer to it. Raises NotAllowedError
-        (empty name, unknown sub type), the subscription's ConsumerBusyError / ConsumerAssignError, and the
+        (empty name, unknown sub type), PermissionDeniedError (no consume permission), the subscription's
+        ConsumerBusyError / ConsumerAssignError, and the
         topic's loading errors; a reader's subscription created for a refused consumer is dropped again."""
         if not cmd.subscription:
             raise NotAllowedError("Empty subscription name")
@@ -110,7 +111,9 @@ class ConsumerCommands:
         except ValueError:
             raise NotAllowedError(f"unknown subscription type {cmd.subType}") from None
         service = self._cnx.service
-        topic = await service.get_or_create_topic(TopicName.parse(cmd.topic))
+        name = TopicName.parse(cmd.topic)
+        service.security.check_consume(self._cnx.role, name, cmd.subscription)
+        topic = await service.get_or_create_topic(name)
         durable = cmd.durable if cmd.HasField("durable") else True
         start = None
         if not durable and isinstance(topic, PersistentTopic) and cmd.HasField("start_message_id"):

@@ -1,5 +1,6 @@
-"""Connection and lookup commands: CONNECT (a second one), PING, PONG, AUTH_RESPONSE, PARTITIONED_METADATA,
-LOOKUP, GET_TOPICS_OF_NAMESPACE and GET_SCHEMA (reference/pulsar-protocol.md §6).
+"""Connection and lookup commands: CONNECT (a second one), PING, PONG, PARTITIONED_METADATA, LOOKUP,
+GET_TOPICS_OF_NAMESPACE and GET_SCHEMA (reference/pulsar-protocol.md §6; AUTH_RESPONSE is ``cnx.auth``'s).
+LOOKUP and PARTITIONED_METADATA need produce or consume permission when authorization is on.
 
 The first CONNECT is answered by ServerCnx itself (it switches the connection to its full dispatch table);
 everything here runs once connected. Lookups are answered by ``BrokerService.lookup``: a standalone broker owns
@@ -55,7 +56,6 @@ class LookupCommands:
             CommandType.CONNECT: self.handle_connect_again,
             CommandType.PING: self.handle_ping,
             CommandType.PONG: self.handle_pong,
-            CommandType.AUTH_RESPONSE: self.handle_auth_response,
             CommandType.PARTITIONED_METADATA: self.handle_partitioned_metadata,
             CommandType.LOOKUP: self.handle_lookup,
             CommandType.GET_TOPICS_OF_NAMESPACE: self.handle_get_topics_of_namespace,
@@ -75,16 +75,14 @@ class LookupCommands:
         """PONG: nothing to do."""
         pass  # any received frame already cleared the keep-alive flag
 
-    def handle_auth_response(self, frame: Frame) -> None:
-        """AUTH_RESPONSE: ignored (no authentication yet)."""
-        pass  # this broker never sends AUTH_CHALLENGE; a stray response is harmless
-
     # ------------------------------------------------------------------ lookup
     def handle_partitioned_metadata(self, frame: Frame) -> None:
         """PARTITIONED_METADATA: the partition count (0 = not partitioned); InvalidTopicName on a bad name."""
         cmd = frame.command.partitionMetadata
         try:
-            partitions = self._cnx.service.partitions(TopicName.parse(cmd.topic))
+            topic = TopicName.parse(cmd.topic)
+            self._cnx.service.security.check_lookup(self._cnx.role, topic)
+            partitions = self._cnx.service.partitions(topic)
         except QuasarError as exc:
             code, message = _lookup_error_of(exc)
             self._cnx.write(commands.new_partitioned_metadata_error(cmd.request_id, code, message))
@@ -102,9 +100,9 @@ class LookupCommands:
 
     async def _lookup(self, request_id: int, name: str, authoritative: bool, listener: str) -> None:
         try:
-            answer = await self._cnx.service.lookup(
-                TopicName.parse(name), authoritative=authoritative, listener=listener
-            )
+            topic = TopicName.parse(name)
+            self._cnx.service.security.check_lookup(self._cnx.role, topic)
+            answer = await self._cnx.service.lookup(topic, authoritative=authoritative, listener=listener)
         except QuasarError as exc:
             code, message = _lookup_error_of(exc)
             self._cnx.write(commands.new_lookup_error(request_id, code, message))
@@ -120,11 +118,13 @@ class LookupCommands:
         )
 
     def handle_get_topics_of_namespace(self, frame: Frame) -> None:
-        """GET_TOPICS_OF_NAMESPACE: the topics of the namespace in the requested domains (``TopicsMode``)."""
+        """GET_TOPICS_OF_NAMESPACE: the topics of the namespace in the requested domains (``TopicsMode``);
+        AuthorizationError without produce or consume on the namespace."""
         cmd = frame.command.getTopicsOfNamespace
         service = self._cnx.service
         mode = int(cmd.mode)
         try:
+            service.security.check_namespace_lookup(self._cnx.role, cmd.namespace)
             if not service.namespace_exists(cmd.namespace):
                 raise NamespaceNotFoundError(f"Namespace {cmd.namespace} does not exist")
             topics: list[str] = []

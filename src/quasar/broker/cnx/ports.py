@@ -111,6 +111,11 @@ class CommandPort(Protocol):
     def config(self) -> BrokerConfig: ...
 
     @property
+    def role(self) -> str | None:
+        """The connection's authenticated role (None with authentication off)."""
+        ...
+
+    @property
     def service(self) -> BrokerService: ...
 
     def write(self, frame: bytes) -> None:

@@ -104,12 +104,15 @@ class ProducerCommands:
 
     async def _new_producer(self, cmd: CommandProducer) -> tuple[Producer, bool]:
         """Load the topic and attach a producer to it; the flag is False while it waits for exclusive access.
-        Raises the BrokerErrors of ``add_producer`` and the topic's loading errors."""
+        Raises PermissionDeniedError (no produce permission), the BrokerErrors of ``add_producer`` and the
+        topic's loading errors."""
         service = self._cnx.service
         refusal = service.read_only or service.write_refusal()
         if refusal is not None:
             raise ServiceNotReadyError(refusal)
-        topic = await service.get_or_create_topic(TopicName.parse(cmd.topic))
+        name = TopicName.parse(cmd.topic)
+        service.security.check_produce(self._cnx.role, name)
+        topic = await service.get_or_create_topic(name)
         try:
             access_mode = ProducerAccessMode(cmd.producer_access_mode)
         except ValueError:
