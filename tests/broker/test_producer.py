@@ -27,10 +27,12 @@ class FakeCnx:
     def __init__(self) -> None:
         self.sent: list[tuple[str, int, int | ServerError]] = []
 
-    def send_receipt(self, producer_id: int, sequence_id: int, highest_sequence_id: int, position: Position):
+    def send_receipt(
+        self, producer_id: int, sequence_id: int, highest_sequence_id: int, position: Position
+    ) -> None:
         self.sent.append(("SEND_RECEIPT", producer_id, sequence_id))
 
-    def send_send_error(self, producer_id: int, sequence_id: int, error: ServerError, message: str):
+    def send_send_error(self, producer_id: int, sequence_id: int, error: ServerError, message: str) -> None:
         self.sent.append(("SEND_ERROR", producer_id, error))
 
     def close_producer(self, producer: Producer) -> None:
