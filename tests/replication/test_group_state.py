@@ -1,6 +1,7 @@
-"""A broker group's state and leader key (quasar.replication.group_state) and the campaign loop
-(quasar.replication.election), on a REAL etcd (one store session per simulated broker, lease TTL 2 s) and on
-the memory backend (sessions that cannot expire: the pure transaction logic).
+"""A broker group's state and leader key (quasar.replication.group_state) and the campaign order
+(quasar.replication.election.campaign_rank), on a REAL etcd (one store session per simulated broker, lease
+TTL 2 s) and on the memory backend (sessions that cannot expire: the pure transaction logic). The campaign
+loop itself is ReplicaNode's, exercised with broker processes in test_failover.
 
 Every wait is bounded in time and count; every store and process opened is closed.
 """
@@ -20,7 +21,7 @@ import pytest
 from quasar.metadata import MetadataStore, SessionEvent, decode_json
 from quasar.metadata.etcd import EtcdMetadataStore
 from quasar.metadata.memory import MemoryData, MemoryMetadataStore
-from quasar.replication.election import Elector, campaign_rank
+from quasar.replication.election import campaign_rank
 from quasar.replication.group_state import (
     GroupLeadership,
     GroupState,
@@ -60,7 +61,6 @@ class Cluster:
         self.data = MemoryData()
         self.stores: list[MetadataStore] = []
         self.handles: list[GroupLeadership] = []
-        self.electors: list[Elector] = []
 
     async def store(self) -> MetadataStore:
         store: MetadataStore
@@ -77,14 +77,7 @@ class Cluster:
         self.handles.append(handle)
         return handle
 
-    def elector(self, handle: GroupLeadership, **options: object) -> Elector:
-        elector = Elector(handle, election_backoff_s=0.3, poll_interval_s=1.0, **options)  # type: ignore[arg-type]
-        self.electors.append(elector)
-        return elector
-
     async def close(self) -> None:
-        for elector in self.electors:
-            await elector.stop()
         for handle in self.handles:
             await handle.close()
         for store in self.stores:
@@ -313,7 +306,7 @@ async def test_watch_reports_changes(cluster: Cluster):
     assert len(seen) == count
 
 
-# -- the campaign loop ------------------------------------------------------------------------------------------
+# -- the campaign order -----------------------------------------------------------------------------------------
 
 
 def test_campaign_rank():
@@ -325,73 +318,6 @@ def test_campaign_rank():
     assert campaign_rank(None, 0) is None and campaign_rank(None, 0, bootstrap=True) == 0
     no_master = GroupState(1, None, frozenset({3, 1}), 1, 0)
     assert [campaign_rank(no_master, i) for i in (1, 3)] == [0, 1]
-
-
-async def test_electors_bootstrap_follow_and_fail_over(cluster: Cluster):
-    handles = [await cluster.broker(i) for i in range(3)]
-    elected: dict[int, list[int]] = {i: [] for i in range(3)}
-    followed: dict[int, list[tuple[int, int]]] = {i: [] for i in range(3)}
-    for i, handle in enumerate(handles):
-        elector = cluster.elector(
-            handle,
-            bootstrap=i == 0,
-            on_elected=lambda state, i=i: elected[i].append(state.epoch),
-            on_follow=lambda leader, i=i: followed[i].append((leader.broker_id, leader.epoch)),
-        )
-        await elector.start()
-    await eventually(lambda: elected[0] == [1], "the configured master bootstraps")
-    await eventually(lambda: followed[1] == followed[2] == [(0, 1)], "the slaves follow it")
-    state, _ = await handles[0].read()
-    assert (
-        state is not None and await handles[0].alter_sync_state_set(frozenset({0, 1, 2}), state) is not None
-    )
-    started = time.monotonic()
-    await cluster.electors[0].stop()
-    await kill_session(cluster, handles[0])
-    await eventually(lambda: elected[1] == [2], "the in-sync slave with the lowest id is elected")
-    assert time.monotonic() - started < 2.0  # rank 0: no back-off
-    await eventually(lambda: followed[2] == [(0, 1), (1, 2)], "the other slave follows the new master")
-    assert elected[2] == [] and followed[1] == [(0, 1)]
-    state, leader = await handles[1].read()
-    assert state is not None and state.sync_state_set == {1} and leader is not None and leader.epoch == 2
-
-
-async def test_elector_request_failover(cluster: Cluster):
-    handles = [await cluster.broker(i) for i in range(2)]
-    elected: dict[int, list[int]] = {0: [], 1: []}
-    electors = []
-    for i, handle in enumerate(handles):
-        elector = cluster.elector(
-            handle, bootstrap=i == 0, on_elected=lambda s, i=i: elected[i].append(s.epoch)
-        )
-        await elector.start()
-        electors.append(elector)
-    await eventually(lambda: elected[0] == [1], "bootstrap")
-    with pytest.raises(NothingToFailOverError):
-        await electors[0].request_failover()
-    state, _ = await handles[0].read()
-    assert state is not None and await handles[0].alter_sync_state_set(frozenset({0, 1}), state) is not None
-    await electors[0].request_failover()
-    await eventually(lambda: elected[1] == [2], "the in-sync slave takes over")
-    await asyncio.sleep(0.8)  # past the old master's hold-off (2 x 0.3 s): it stays a follower
-    assert elected[0] == [1] and not handles[0].is_master
-    _, leader = await handles[0].read()
-    assert leader is not None and leader.broker_id == 1
-
-
-async def test_an_outsider_elector_never_campaigns(cluster: Cluster):
-    master, outsider = await group_of(cluster, 0, 2)
-    elected: list[int] = []
-    elector = cluster.elector(outsider, on_elected=lambda s: elected.append(s.epoch))
-    await elector.start()
-    await kill_session(cluster, master)
-    await eventually(lambda: _leader_absent(outsider), "the master's key is gone")
-    await asyncio.sleep(1.0)  # several back-offs
-    assert elected == [] and (await outsider.read())[1] is None
-    unclean = cluster.elector(outsider, unclean=True, on_elected=lambda s: elected.append(s.epoch))
-    await elector.stop()
-    await unclean.start()
-    await eventually(lambda: elected == [2], "an unclean elector takes over, after its back-off")
 
 
 # -- etcd only: the lease ---------------------------------------------------------------------------------------
@@ -440,7 +366,7 @@ asyncio.run(main())
 
 async def test_a_crashed_master_key_expires_with_its_lease(etcd_cluster: Cluster):
     """The master's process is killed (nothing revokes its lease): etcd expires the lease after its TTL and the
-    in-sync slave's elector takes over at epoch 2."""
+    in-sync slave's campaign wins at epoch 2, and not before."""
     assert etcd_cluster.etcd is not None
     child = await asyncio.create_subprocess_exec(
         sys.executable, "-c", CRASHING_MASTER, etcd_cluster.etcd.endpoint, etcd_cluster.prefix, GROUP,
@@ -451,19 +377,23 @@ async def test_a_crashed_master_key_expires_with_its_lease(etcd_cluster: Cluster
         line = await asyncio.wait_for(child.stdout.readline(), 20)
         assert line.strip() == b"ready"
         slave = await etcd_cluster.broker(1)
-        elected: list[int] = []
-        followed: list[int] = []
-        elector = etcd_cluster.elector(
-            slave,
-            on_elected=lambda s: elected.append(s.epoch),
-            on_follow=lambda leader: followed.append(leader.epoch),
-        )
-        await elector.start()
-        await eventually(lambda: followed == [1], "the slave follows the master")
+        state, leader = await slave.read()
+        assert state is not None and leader is not None and (leader.broker_id, leader.epoch) == (0, 1)
+        assert campaign_rank(state, 1) == 0  # the first in line once the key is gone
+        assert await slave.try_acquire() is None  # the master's key lives
         child.kill()  # a crash
         started = time.monotonic()
-        await eventually(lambda: elected == [2], "the slave is elected once the lease expired", timeout_s=8.0)
+        won: list[GroupState] = []
+
+        async def campaign() -> bool:
+            new = await slave.try_acquire()
+            if new is not None:
+                won.append(new)
+            return new is not None
+
+        await eventually(campaign, "the slave is elected once the lease expired", timeout_s=8.0)
         assert time.monotonic() - started >= 0.5  # not before etcd expired the lease
+        assert (won[0].master, won[0].epoch) == (1, 2) and slave.is_master
     finally:
         if child.returncode is None:
             child.kill()

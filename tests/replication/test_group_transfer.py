@@ -197,9 +197,64 @@ async def test_needacknums_one_still_waits_for_a_listed_member_of_the_sync_state
 async def test_writes_are_refused_before_the_append_once_an_outage_outlasts_the_slave_timeout() -> None:
     acks = FakeAcks()
     transfer = GroupTransfer(acks, sync_config(slave_timeout_s=0.2))
-    assert transfer.refuses_writes() is False  # the outage starts: stored, and waits (a blip)
+    store = FakeStore()
+    adapter = ReplicatedStore(store, Wakeups(), transfer)
+    assert transfer.refusing_writes is False  # the outage starts: stored, and waits (a blip)
+    assert adapter.put("t", 0, b"a").status is OK
     await asyncio.sleep(0.3)
-    assert transfer.refuses_writes() is True  # it lasts: refused before anything is appended
+    assert transfer.refusing_writes is True  # it lasts: refused before anything is appended
+    written = store.max_commit_log_offset
+    assert adapter.put("t", 0, b"b").status is PutStatus.SLAVE_NOT_AVAILABLE
+    assert adapter.put_batch("t", 0, [b"c"]).status is PutStatus.SLAVE_NOT_AVAILABLE
+    assert adapter.put_unchecked("t", 0, b"journal").status is OK  # journal records are never refused
+    assert store.max_commit_log_offset > written
     acks.connected_slaves = frozenset({1})
     acks.in_sync = 1
-    assert transfer.refuses_writes() is False
+    acks.ack(1, 0)  # the slave is back (HAService notifies on connection and on REPORT)
+    assert transfer.refusing_writes is False
+    assert adapter.put("t", 0, b"d").status is OK
+    transfer.close()
+
+
+async def test_the_refusal_flag_flips_on_ack_and_connection_events_and_on_its_timer() -> None:
+    acks = FakeAcks()
+    acks.connected_slaves = frozenset({1})
+    acks.in_sync = 1
+    transfer = GroupTransfer(acks, sync_config(slave_timeout_s=0.2))
+    assert transfer.refusing_writes is False and transfer._refusal_timer is None  # in sync: no clock runs
+    # the slave disconnects: the event starts the outage clock, the flag stays down for slave_timeout_s
+    acks.connected_slaves, acks.in_sync = frozenset(), 0
+    acks.ack(1, 10)
+    assert transfer.refusing_writes is False and transfer._refusal_timer is not None
+    await asyncio.sleep(0.1)
+    acks.ack(1, 10)  # another event during the outage does not restart the clock
+    await eventually(lambda: transfer.refusing_writes, timeout_s=2)
+    assert transfer._refusal_timer is None
+    # a reconnection within the next outage's timeout cancels its timer: no refusal later
+    acks.connected_slaves, acks.in_sync = frozenset({1}), 1
+    acks.ack(1, 10)
+    assert transfer.refusing_writes is False
+    acks.connected_slaves, acks.in_sync = frozenset(), 0
+    acks.ack(1, 10)
+    acks.connected_slaves, acks.in_sync = frozenset({1}), 1
+    acks.ack(1, 10)
+    assert transfer._refusal_timer is None
+    await asyncio.sleep(0.3)
+    assert transfer.refusing_writes is False
+    # a put finding the replicas too few (wait() re-reads who is in sync) starts the clock too
+    acks.in_sync = 0  # e.g. the slave fell more than ha_max_gap_not_in_sync behind: no event for that
+    answers: list[PutStatus] = []
+    transfer.wait(20, answers.append)
+    assert transfer._refusal_timer is not None
+    await eventually(
+        lambda: transfer.refusing_writes and answers == [PutStatus.SLAVE_NOT_AVAILABLE], timeout_s=2
+    )
+    # close owns the timer: cancelled with the transfer
+    acks.in_sync = 1
+    acks.ack(1, 30)
+    acks.in_sync = 0
+    acks.ack(1, 30)
+    timer = transfer._refusal_timer
+    assert timer is not None
+    transfer.close()
+    assert timer.cancelled() and transfer._refusal_timer is None and not acks.listeners

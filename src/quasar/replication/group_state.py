@@ -25,7 +25,7 @@ the in-sync replicas may campaign. Every decisive change is ONE metadata transac
 
 :class:`GroupLeadership` is one broker's handle on its group (reads, the transactions above, resignation,
 the manual failover, notifications of changes and of a lost leadership); the campaign loop that uses it is
-:class:`quasar.replication.election.Elector`.
+:class:`quasar.replication.node.ReplicaNode`'s (who goes first: :func:`quasar.replication.election.campaign_rank`).
 """
 
 from __future__ import annotations

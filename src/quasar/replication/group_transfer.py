@@ -25,13 +25,18 @@ Grouped like group commit: waits are kept in offset order in one deque, complete
 each ack (the :class:`~quasar.replication.ha_service.HAService` ``on_ack`` listener), with one timer for the
 head's deadline; no task or future per request. An answer decided at once still waits behind earlier waits,
 so callbacks always run in offset order.
+
+Refusing puts (:attr:`GroupTransfer.refusing_writes`, read by every put) is a flag, not a computation per put:
+it is re-evaluated on the HA service's ack, connection and sync-state set events and on each :meth:`wait`
+(the master's max offset moved, which decides who is in sync), and a timer owned by the transfer (cancelled
+by :meth:`GroupTransfer.close` or when the replicas are back) raises it once an outage has lasted
+``slave_timeout_s``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import deque
 from collections.abc import Callable
 from typing import Protocol
@@ -72,7 +77,12 @@ class AckSource(Protocol):
 
 
 class GroupTransfer:
-    """The SYNC_MASTER waits of one master. Loop thread only."""
+    """The SYNC_MASTER waits of one master. Loop thread only; made on the running loop (its timers use it).
+
+    The ``ha_service`` must call its ``on_ack`` listeners on every REPORT and every change of the connected
+    slaves or of the sync-state set (:class:`~quasar.replication.ha_service.HAService` does): they keep
+    :attr:`refusing_writes` current.
+    """
 
     def __init__(self, ha_service: AckSource, config: ReplicationConfig) -> None:
         self._ha = ha_service
@@ -81,10 +91,18 @@ class GroupTransfer:
         self._requests: deque[tuple[int, float, TransferCallback, PutStatus | None]] = deque()
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop = asyncio.get_running_loop()
         self._closed = False
-        self._unavailable_since: float | None = None  # monotonic time replicas_available() turned False
+        self.refusing_writes = False
+        """Whether a put must be refused before it is written: too few replicas have been in sync for longer
+        than ``slave_timeout_s`` (RocketMQ 5 answers IN_SYNC_REPLICAS_NOT_ENOUGH in ``asyncPutMessage``,
+        before the append). During the first ``slave_timeout_s`` of an outage puts are still stored and wait
+        (a network blip completes them); past it, a client resending its pending messages on every refusal
+        would otherwise append them again each round. False again as soon as enough replicas are in sync."""
+        self._unavailable_since: float | None = None  # loop time the replicas turned too few, None: enough
+        self._refusal_timer: asyncio.TimerHandle | None = None
         self._remove_listener = ha_service.on_ack(self._on_ack)
+        self._replicas_changed(self.replicas_available())
 
     @property
     def confirm_offset(self) -> int:
@@ -98,31 +116,45 @@ class GroupTransfer:
 
     def need_ack_nums(self) -> int:
         """Replicas (the master counted) that must hold a message now (RocketMQ ``needAckNums``)."""
+        return self._need(self._ha.in_sync_slave_count())
+
+    def _need(self, in_sync_slaves: int) -> int:
         config = self._config
         need = config.in_sync_replicas
         if config.enable_auto_in_sync_replicas:
-            need = max(min(need, 1 + self._ha.in_sync_slave_count()), config.min_in_sync_replicas)
+            need = max(min(need, 1 + in_sync_slaves), config.min_in_sync_replicas)
         return need
 
     def replicas_available(self) -> bool:
         """Whether enough replicas are in sync now for a wait to succeed (needAckNums <= 1 + in-sync slaves)."""
-        return self.need_ack_nums() <= 1 + self._ha.in_sync_slave_count()
+        in_sync_slaves = self._ha.in_sync_slave_count()
+        return self._need(in_sync_slaves) <= 1 + in_sync_slaves
 
-    def refuses_writes(self) -> bool:
-        """Whether a put must be refused before it is written: too few replicas have been in sync for longer
-        than ``slave_timeout_s`` (RocketMQ 5 answers IN_SYNC_REPLICAS_NOT_ENOUGH in ``asyncPutMessage``, before
-        the append). During the first ``slave_timeout_s`` of an outage puts are still stored and wait (a
-        network blip completes them); past it, a client resending its pending messages on every refusal would
-        otherwise append them again each round."""
-        if self.replicas_available():
-            self._unavailable_since = None
-            return False
-        now = time.monotonic()
-        since = self._unavailable_since
-        if since is None:
+    def _replicas_changed(self, available: bool) -> None:
+        """Track the outage clock behind :attr:`refusing_writes`: it starts when the replicas turn too few
+        (and arms the refusal timer for ``slave_timeout_s`` later) and stops when they are enough again."""
+        if available:
+            if self._unavailable_since is not None:
+                self._unavailable_since = None
+                self.refusing_writes = False
+                if self._refusal_timer is not None:
+                    self._refusal_timer.cancel()
+                    self._refusal_timer = None
+            return
+        if self._unavailable_since is None and not self._closed:
+            now = self._loop.time()
             self._unavailable_since = now
-            return False
-        return now - since > self._config.slave_timeout_s
+            self._refusal_timer = self._loop.call_at(
+                now + self._config.slave_timeout_s, self._on_outage_timer
+            )
+
+    def _on_outage_timer(self) -> None:
+        """The outage has lasted ``slave_timeout_s``: refuse puts from now on (unless the replicas are back)."""
+        self._refusal_timer = None
+        if self.replicas_available():
+            self._replicas_changed(True)
+        elif self._unavailable_since is not None:
+            self.refusing_writes = True
 
     def wait(self, next_offset: int, callback: TransferCallback) -> None:
         """``callback(status)`` once the replicas hold the commit log up to ``next_offset`` (bytes), or at once
@@ -130,21 +162,20 @@ class GroupTransfer:
         if self._closed:
             callback(PutStatus.SERVICE_NOT_AVAILABLE)
             return
-        need = self.need_ack_nums()
+        in_sync = 1 + self._ha.in_sync_slave_count()
+        need = self._need(in_sync - 1)
+        available = in_sync >= need
+        if available is (self._unavailable_since is not None):  # the put moved the max offset: who is in sync
+            self._replicas_changed(available)
         status: PutStatus | None = None
         alone = self._ha.sync_state_set <= {self._ha.broker_id}
-        if (need <= 1 and alone) or (
-            1 + self._ha.in_sync_slave_count() >= need and self._acked_by_enough(next_offset, need)
-        ):
+        if (need <= 1 and alone) or (available and self._acked_by_enough(next_offset, need)):
             status = PutStatus.PUT_OK
         requests = self._requests
         if status is not None and not requests:
             callback(status)
             return
-        loop = self._loop
-        if loop is None:
-            loop = self._loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._config.slave_timeout_s
+        deadline = self._loop.time() + self._config.slave_timeout_s
         requests.append((next_offset, deadline, callback, status))
         if self._timer is None:
             self._arm(deadline)
@@ -156,6 +187,9 @@ class GroupTransfer:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._refusal_timer is not None:
+            self._refusal_timer.cancel()
+            self._refusal_timer = None
         requests, self._requests = self._requests, deque()
         for _, _, callback, _ in requests:
             _call(callback, PutStatus.SERVICE_NOT_AVAILABLE)
@@ -178,15 +212,14 @@ class GroupTransfer:
         return acks >= need
 
     def _on_ack(self, broker_id: int, offset: int) -> None:
+        self._replicas_changed(self.replicas_available())
         if self._requests:
             self._complete()
 
     def _complete(self) -> None:
         """Answer the waits at the head that are decided, in order; re-arm the timer for the new head."""
         requests = self._requests
-        loop = self._loop
-        assert loop is not None  # set by the first queued wait
-        now = loop.time()
+        now = self._loop.time()
         need = self.need_ack_nums()
         while requests:
             next_offset, deadline, callback, status = requests[0]
@@ -212,7 +245,6 @@ class GroupTransfer:
     def _arm(self, deadline: float) -> None:
         if self._timer is not None:
             self._timer.cancel()
-        assert self._loop is not None
         self._timer_at = deadline
         self._timer = self._loop.call_at(deadline, self._on_timer)
 

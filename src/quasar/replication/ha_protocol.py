@@ -46,8 +46,9 @@ import enum
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final
 
+from quasar.buffers import NEED_DATA, NeedData, StreamBuffer
 from quasar.replication.config import MAX_TRANSFER_BODY_SIZE
 from quasar.replication.errors import HAProtocolError
 
@@ -94,16 +95,6 @@ EpochPair = tuple[int, int]
 
 _I32_MAX = 2**31 - 1
 _I64_MAX = 2**63 - 1
-
-
-class NeedData(enum.Enum):
-    """Sentinel type of :data:`NEED_DATA`."""
-
-    NEED_DATA = "NEED_DATA"
-
-
-NEED_DATA: Final = NeedData.NEED_DATA
-"""Returned by a decoder when no complete frame is buffered yet."""
 
 
 class HandshakeStatus(enum.IntEnum):
@@ -242,59 +233,22 @@ def encode_transfer(transfer: Transfer) -> bytes:
 
 # -- decoding ---------------------------------------------------------------------------------------------
 
-_COMPACT_THRESHOLD = 64 * 1024
 
+class _Decoder(StreamBuffer):
+    """:class:`quasar.buffers.StreamBuffer` whose errors are latched HAProtocolErrors (data after the end of
+    the stream included); subclasses parse frames from ``_buffer[_offset:]``."""
 
-class _Decoder:
-    """Receive buffer with a read offset, end of stream and a latched error; subclasses parse frames from
-    ``_buffer[_offset:]`` and call :meth:`_consumed` past each one."""
-
-    __slots__ = ("_buffer", "_eof", "_error", "_offset")
-
-    def __init__(self) -> None:
-        self._buffer = bytearray()
-        self._offset = 0
-        self._eof = False
-        self._error: HAProtocolError | None = None
-
-    @property
-    def buffered_size(self) -> int:
-        """Bytes received but not yet returned in a frame."""
-        return len(self._buffer) - self._offset
-
-    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
-        """Append bytes from the peer; ``b""`` marks the end of the stream.
-
-        Raises:
-            HAProtocolError: the decoder is in the error state, or data came after the end of the stream.
-        """
-        if self._error is not None:
-            raise self._error.with_traceback(None)
-        if not data:
-            self._eof = True
-            return
-        if self._eof:
-            raise self._fail("data after the end of the stream")
-        self._buffer += data
+    __slots__ = ()
 
     def _fail(self, reason: str) -> HAProtocolError:
-        self._error = HAProtocolError(reason)
-        return self._error
+        error = self._error = HAProtocolError(reason)
+        return error
 
-    def _consumed(self, end: int) -> None:
-        buffer = self._buffer
-        self._offset = end
-        if end == len(buffer):
-            del buffer[:]
-            self._offset = 0
-        elif end >= _COMPACT_THRESHOLD and end * 2 >= len(buffer):
-            del buffer[:end]
-            self._offset = 0
+    def _data_after_end(self, message: str) -> Exception:
+        return self._fail(message)
 
-    def _need_data(self, available: int) -> Literal[NeedData.NEED_DATA]:
-        if self._eof and available:
-            raise self._fail(f"the stream ended in the middle of a frame ({available} bytes buffered)")
-        return NEED_DATA
+    def _ended_mid_frame(self, message: str) -> Exception:
+        return self._fail(message)
 
     def _check_usable(self) -> None:
         if self._error is not None:

@@ -7,8 +7,8 @@
 * :meth:`HAService.wakeup` (called by the store adapter after each put) wakes the connections that wait for
   new data; it is one attribute test when nobody waits.
 * Acks: every REPORT updates :attr:`HAService.acked_offsets` and calls the ``on_ack`` listeners (the
-  :class:`~quasar.replication.group_transfer.GroupTransfer`); so do changes of the sync-state set and
-  disconnections.
+  :class:`~quasar.replication.group_transfer.GroupTransfer`, which keeps its refuse-writes flag from them); so
+  do changes of the sync-state set, connections and disconnections.
 * In sync (RocketMQ ``HAConnection#isSlaveOK`` / ``inSyncReplicasNums``): a slave is in sync while connected
   and less than ``ha_max_gap_not_in_sync`` bytes behind the master's max offset.
 * Sync-state set (RocketMQ 5 ``SyncStateSet``, broker ids, the master's own included): a slave joins once a
@@ -282,6 +282,7 @@ class HAService:
             log.warning("broker %d connected again from %s: closing %s", broker_id, connection.peer, previous)
             previous.close()
         self._connections[broker_id] = connection
+        self._notify(broker_id, self._acked.get(broker_id, -1))
 
     def connection_closed(self, connection: HAConnection) -> None:
         broker_id = connection.broker_id

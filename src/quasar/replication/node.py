@@ -235,7 +235,7 @@ class ReplicaNode:
         """Why a producer is refused now: a SYNC_MASTER whose in-sync replicas have been too few for longer
         than ``slave_timeout_s``; None otherwise."""
         transfer = self._transfer
-        if transfer is None or self.role != "master" or not transfer.refuses_writes():
+        if transfer is None or self.role != "master" or not transfer.refusing_writes:
             return None
         return (
             f"broker group {self.group}: too few in-sync replicas for a SYNC_MASTER receipt"

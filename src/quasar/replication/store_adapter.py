@@ -95,9 +95,9 @@ class ReplicatedStore:
         born_timestamp_ms: int | None = None,
     ) -> PutResult:
         """The store's ``put``, then wake the HA connections; SLAVE_NOT_AVAILABLE without writing while the
-        group transfer refuses writes (:meth:`GroupTransfer.refuses_writes`)."""
+        group transfer refuses writes (:attr:`GroupTransfer.refusing_writes`, one attribute read)."""
         transfer = self._group_transfer
-        if transfer is not None and transfer.refuses_writes():
+        if transfer is not None and transfer.refusing_writes:
             return _NOT_AVAILABLE
         return self.put_unchecked(
             topic,
@@ -143,7 +143,7 @@ class ReplicatedStore:
     ) -> PutBatchResult:
         """The store's ``put_batch``, then wake the HA connections (refused as :meth:`put` is)."""
         transfer = self._group_transfer
-        if transfer is not None and transfer.refuses_writes():
+        if transfer is not None and transfer.refusing_writes:
             return _NOT_AVAILABLE_BATCH
         result = self._put_batch(
             topic,
