@@ -75,7 +75,7 @@ class PrefixWatch:
             try:
                 await asyncio.wait_for(call.write(cancel), self._conn.timeout_s)
                 await asyncio.wait({task}, timeout=self._conn.timeout_s)
-            except FAILURES as exc:
+            except (*FAILURES, asyncio.InvalidStateError) as exc:  # the stream may finish meanwhile
                 log.debug("cancelling the etcd watch: %s", exc)
         if not task.done():
             task.cancel()
