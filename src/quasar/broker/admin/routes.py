@@ -1,6 +1,7 @@
 """Admin REST API on aiohttp, on the broker's event loop. Paths and JSON shapes follow Pulsar's admin v2
 (reference/pulsar-protocol.md §11): errors are ``{"reason": "..."}`` with 400 (bad input), 404 (unknown
-tenant/namespace/topic), 409 (already exists), 412 (precondition, e.g. partitioned parent), 503 (no live
+tenant/namespace/topic), 409 (already exists), 412 (precondition, e.g. partitioned parent, or an invalid
+tenant, namespace or topic name after URL-decoding, as Pulsar), 503 (no live
 owner for the topic now, or the metadata store unreachable: retry) and 500. In a cluster, requests about a
 topic another broker serves get a 307 to it (``cluster_routes``).
 """
@@ -29,6 +30,7 @@ from quasar.broker.policies import BACKLOG_QUOTA, MESSAGE_TTL, RETENTION, Backlo
 from quasar.metadata import MetadataStoreError
 from quasar.protocol import TopicName
 from quasar.protocol.errors import InvalidTopicNameError
+from quasar.protocol.topic_name import check_named_entity
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +50,9 @@ async def _errors_middleware(request: web.Request, handler: Handler) -> web.Stre
         return await handler(request)
     except web.HTTPException:
         raise
-    except (InvalidTopicNameError, ValueError, json.JSONDecodeError) as exc:
+    except InvalidTopicNameError as exc:  # Pulsar: 412 "Topic name is not valid" / "... name is not valid"
+        return _error(412, str(exc))
+    except (ValueError, json.JSONDecodeError) as exc:
         return _error(400, str(exc))
     except TopicExistsError as exc:
         return _error(409, str(exc))
@@ -110,10 +114,10 @@ async def get_tenants(request: web.Request) -> web.Response:
 
 
 async def put_tenant(request: web.Request) -> web.Response:
-    """PUT /admin/v2/tenants/{tenant}, body TenantInfo JSON (optional): 204; 409 if it exists, 400 for a bad
-    name or body."""
+    """PUT /admin/v2/tenants/{tenant}, body TenantInfo JSON (optional): 204; 409 if it exists, 412 for a bad
+    name (Pulsar "Tenant name is not valid"), 400 for a bad body."""
     tenant = request.match_info["tenant"]
-    TopicName.parse(f"persistent://{tenant}/ns/t")  # validates the characters
+    check_named_entity("tenant", tenant)
     body = await _json_body(request)
     if body is not None and not isinstance(body, dict):
         raise ValueError("tenant info must be a JSON object")
@@ -132,8 +136,9 @@ async def get_namespaces(request: web.Request) -> web.Response:
 
 async def put_namespace(request: web.Request) -> web.Response:
     """PUT /admin/v2/namespaces/{tenant}/{ns}, body policies JSON (optional): 204; 404 unknown tenant, 409 exists."""
+    check_named_entity("tenant", request.match_info["tenant"])
+    check_named_entity("namespace", request.match_info["namespace"])
     namespace = f"{request.match_info['tenant']}/{request.match_info['namespace']}"
-    TopicName.parse(f"persistent://{namespace}/t")
     body = await _json_body(request)
     if body is not None and not isinstance(body, dict):
         raise ValueError("namespace policies must be a JSON object")
