@@ -64,6 +64,9 @@ class ProducerConnection(Protocol):
 
     def producer_ready(self, producer: Producer, topic_epoch: int) -> None: ...
 
+    def publish_completed(self) -> None:
+        """One SEND of this connection got its answer (counted against the pending-publish limit)."""
+
 
 class ProducerTopic(Protocol):
     """What a producer and the producer commands use of its topic (``PersistentTopic``,
@@ -208,6 +211,7 @@ class Producer:
         cnx = self.cnx
         while pending and pending[0].done:
             op = pending.popleft()
+            cnx.publish_completed()
             if op.non_persistent:
                 cnx.non_persistent_pending -= 1
             error = op.error

@@ -18,6 +18,7 @@ from aiohttp import web
 from quasar.broker.admin import cluster_routes
 from quasar.broker.admin import query as query_routes
 from quasar.broker.admin.app_keys import SERVICE_KEY
+from quasar.broker.admin.validation import parse_json, validate_namespace_policies, validate_tenant_info
 from quasar.broker.broker_service import BrokerService, TopicExistsError
 from quasar.broker.errors import (
     BrokerError,
@@ -48,6 +49,8 @@ async def _errors_middleware(request: web.Request, handler: Handler) -> web.Stre
     """Map Quasar errors to Pulsar's admin status codes; nothing escapes as a bare 500 traceback."""
     try:
         return await handler(request)
+    except web.HTTPRequestEntityTooLarge as exc:  # past http_max_request_size (Pulsar httpMaxRequestSize)
+        return _error(413, exc.text or "request body too large")
     except web.HTTPException:
         raise
     except InvalidTopicNameError as exc:  # Pulsar: 412 "Topic name is not valid" / "... name is not valid"
@@ -95,13 +98,9 @@ def _namespace(request: web.Request) -> str:
 
 
 async def _json_body(request: web.Request) -> Any:
-    text = await request.text()
-    if not text.strip():
-        return None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"request body is not valid JSON: {exc.msg}") from None
+    """The decoded body (None when empty); ValueError (400) for bad or too deeply nested JSON; aiohttp's 413
+    past ``http_max_request_size``."""
+    return parse_json(await request.text())
 
 
 # ---------------------------------------------------------------------- clusters, tenants, namespaces
@@ -118,10 +117,7 @@ async def put_tenant(request: web.Request) -> web.Response:
     name (Pulsar "Tenant name is not valid"), 400 for a bad body."""
     tenant = request.match_info["tenant"]
     check_named_entity("tenant", tenant)
-    body = await _json_body(request)
-    if body is not None and not isinstance(body, dict):
-        raise ValueError("tenant info must be a JSON object")
-    await _service(request).create_tenant(tenant, body or {"adminRoles": [], "allowedClusters": []})
+    await _service(request).create_tenant(tenant, validate_tenant_info(await _json_body(request)))
     return web.Response(status=204)
 
 
@@ -139,10 +135,8 @@ async def put_namespace(request: web.Request) -> web.Response:
     check_named_entity("tenant", request.match_info["tenant"])
     check_named_entity("namespace", request.match_info["namespace"])
     namespace = f"{request.match_info['tenant']}/{request.match_info['namespace']}"
-    body = await _json_body(request)
-    if body is not None and not isinstance(body, dict):
-        raise ValueError("namespace policies must be a JSON object")
-    await _service(request).create_namespace(namespace, body or {})
+    policies = validate_namespace_policies(await _json_body(request))  # typed: never stored ill-typed
+    await _service(request).create_namespace(namespace, policies)
     return web.Response(status=204)
 
 
@@ -411,13 +405,14 @@ def _policy_routes(topic: str) -> list[web.RouteDef]:
     return routes
 
 
-def build_admin_app(service: BrokerService) -> web.Application:
-    """The admin REST application for ``service``."""
+def build_admin_app(service: BrokerService, *, max_request_size: int = 10 * 1024 * 1024) -> web.Application:
+    """The admin REST application for ``service``; request bodies past ``max_request_size`` bytes
+    (``http_max_request_size``) are refused with 413 before they are buffered whole."""
     owner_only = (get_stats, get_internal_stats, get_subscriptions, get_last_message_id, delete_subscription,
                   put_topic, query_routes.query_messages)  # fmt: skip
     app = web.Application(
         middlewares=[_errors_middleware, cluster_routes.owner_redirect_middleware(owner_only)],
-        client_max_size=1024 * 1024,
+        client_max_size=max_request_size,
     )
     app[SERVICE_KEY] = service
     query_routes.register(app)  # GET .../{topic}/messages?key=K&from=MS&to=MS (RocketMQ queryMessage)
