@@ -251,6 +251,12 @@ def test_ill_typed_policies_stored_before_do_not_break_topic_loading(broker_fact
         try:
             bad = {"retention_policies": "forever", "message_ttl_in_seconds": "x", "backlog_quota": 7}
             await store.put("/admin/policies/public/legacy", encode_json(bad))
+            # a partition count stored before it was bounded (the probe's 2^31-1): listing it would build
+            # two billion names on the event loop
+            await store.put(
+                "/admin/partitioned-topics/persistent/public/legacy/huge",
+                encode_json({"partitions": 2**31 - 1}),
+            )
         finally:
             await store.close()
 
@@ -262,6 +268,12 @@ def test_ill_typed_policies_stored_before_do_not_break_topic_loading(broker_fact
         consumer = client.subscribe(topic, "s")
         client.create_producer(topic).send(b"loads")
         assert consumer.receive(timeout_millis=10_000).data() == b"loads"
+        with pytest.raises(pulsar.NotAllowedError):  # refused at once, not retried
+            client.create_producer("persistent://public/legacy/huge")
     finally:
         client.close()
     assert "stored policy retention_policies is invalid" in broker.stderr_text()
+    status, topics = admin(broker, "GET", "/admin/v2/persistent/public/legacy")  # answered, not frozen
+    assert status == 200 and topics == [topic]
+    status, body = admin(broker, "GET", "/admin/v2/persistent/public/legacy/huge/partitions")
+    assert status == 412 and "max_num_partitions_per_partitioned_topic" in body["reason"]

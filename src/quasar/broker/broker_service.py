@@ -372,7 +372,8 @@ class BrokerService:
         count = 0
         for domain in ("persistent", "non-persistent"):
             partitioned = self.resources.partitioned_topics(namespace, domain)
-            count += sum(partitioned.values())
+            bound = self.max_num_partitions
+            count += sum(n for n in partitioned.values() if not bound or n <= bound)  # past it: not served
             prefix = f"{domain}://{namespace}/"
             names = self.factory.names() if domain == "persistent" else self.topics
             for name in names:
