@@ -120,6 +120,7 @@ def test_official_client_fails_at_once_instead_of_retrying(broker, name):
         ("PUT", "/admin/v2/namespaces/public/%2e"),
         ("PUT", "/admin/v2/persistent/public/default/" + "q" * 2_000),
         ("GET", "/admin/v2/persistent/public/default/a%E2%80%AEb/stats"),
+        ("GET", "/admin/v2/persistent/public/default/%2e%2e/messages?key=k"),
     ],
     ids=[
         "topic",
@@ -131,6 +132,7 @@ def test_official_client_fails_at_once_instead_of_retrying(broker, name):
         "dot-namespace",
         "2kB",
         "bidi-stats",
+        "query",
     ],
 )
 def test_rest_refuses_hostile_names_with_412(broker, method, path):

@@ -293,9 +293,8 @@ class ServerCnx(asyncio.Protocol):
         if self._awaiting_pong and not self._reading_paused:  # paused: our own back-pressure, not silence
             self.close("ping timeout: no command received for a whole keep-alive interval")
             return
-        if self.connected:
-            self._awaiting_pong = True
-            self.write(commands.new_ping())
+        self._awaiting_pong = True
+        self.write(commands.new_ping())
         self._schedule_keepalive()
 
     # ------------------------------------------------------------------ pending publishes
