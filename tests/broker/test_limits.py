@@ -207,3 +207,26 @@ def test_tenant_info_is_typed():
         with pytest.raises(ValueError):
             validate_tenant_info(bad)
     json.dumps(validate_tenant_info({"adminRoles": ["a"], "allowedClusters": ["standalone"]}))
+
+
+@pytest.mark.parametrize("name", ["..", ".", "a/b", "", "x" * 256])
+def test_cluster_name_is_a_pulsar_named_entity(name):
+    with pytest.raises(ValueError, match="cluster_name"):
+        BrokerConfig(cluster_name=name)
+
+
+@pytest.mark.parametrize(
+    "setting",
+    ["broker_max_connections", "broker_max_connections_per_ip", "max_subscriptions_per_topic",
+     "max_topics_per_namespace", "max_num_partitions_per_partitioned_topic"],
+)  # fmt: skip
+def test_limit_settings_refuse_negative_values(setting):
+    with pytest.raises(ValueError, match=setting):
+        BrokerConfig(**{setting: -1})
+    BrokerConfig(**{setting: 0})  # 0 = unlimited, as Pulsar
+
+
+@pytest.mark.parametrize("setting", ["max_pending_publish_requests_per_connection", "http_max_request_size"])
+def test_size_limits_must_be_positive(setting):
+    with pytest.raises(ValueError, match=setting):
+        BrokerConfig(**{setting: 0})

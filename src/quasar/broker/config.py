@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from quasar.broker.cluster.model import parse_advertised_listeners
+from quasar.protocol.errors import InvalidTopicNameError
+from quasar.protocol.topic_name import check_named_entity
 
 DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024  # bytes; Pulsar's maxMessageSize default
 
@@ -246,6 +248,10 @@ class BrokerConfig:
             raise ValueError(
                 f"unknown backlog_quota_default_retention_policy {self.backlog_quota_default_retention_policy!r}"
             )
+        try:  # a cluster name is a Pulsar named entity ([-=:.\w]+, not "." or "..")
+            check_named_entity("cluster", self.cluster_name)
+        except InvalidTopicNameError as exc:
+            raise ValueError(f"cluster_name: {exc}") from None
         listeners = parse_advertised_listeners(self.advertised_listeners)
         if self.internal_listener_name and self.internal_listener_name not in listeners:
             raise ValueError(
