@@ -183,6 +183,8 @@ def test_topics_per_namespace(small):
             client.create_producer(f"persistent://{namespace}/t{i}")
         with pytest.raises(pulsar.NotAllowedError):
             client.create_producer(f"persistent://{namespace}/t20")
+        with pytest.raises(pulsar.NotAllowedError):  # a partition name without its partitioned topic counts
+            client.create_producer(f"persistent://{namespace}/fake-partition-0")
         client.create_producer(f"persistent://{namespace}/t0")  # existing topics still serve
     finally:
         client.close()

@@ -48,11 +48,19 @@ from quasar.errors import QuasarError
 from quasar.ledger.factory import ManagedLedgerFactory
 from quasar.metadata import AlreadyExistsError, MetadataStore, MetadataStoreError
 from quasar.protocol import TopicName
+from quasar.protocol.topic_name import PARTITION_SUFFIX
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TENANTS = ("public", "pulsar")
 DEFAULT_NAMESPACES = ("public/default", "pulsar/system")
+
+
+def _declared_partition(name: str, partitioned: dict[str, int]) -> bool:
+    """``name`` is ``<base>-partition-<i>`` with ``base`` a partitioned topic of more than ``i`` partitions."""
+    cut = name.rfind(PARTITION_SUFFIX)
+    index = name[cut + len(PARTITION_SUFFIX) :]
+    return cut > 0 and index.isascii() and index.isdigit() and int(index) < partitioned.get(name[:cut], 0)
 
 
 def _ttl(value: Any) -> int:
@@ -333,7 +341,7 @@ class BrokerService:
             if name not in self.factory.names():
                 if self.read_only is not None:
                     raise ServiceNotReadyError(self.read_only)
-                if topic.partition_index < 0:  # a partition was counted with its partitioned topic
+                if not self._is_declared_partition(topic):  # those were counted with their partitioned topic
                     self.check_topics_quota(topic.namespace_name, 1)
             pending = asyncio.create_task(self._load_topic(topic), name=f"load-topic:{name}")
             self._loading[name] = pending
@@ -365,6 +373,15 @@ class BrokerService:
         log.info("loaded topic %s", topic.full_name)
         return loaded
 
+    def _is_declared_partition(self, topic: TopicName) -> bool:
+        """``topic`` is a partition of a partitioned topic created through the admin API (a ``x-partition-3``
+        with no partitioned ``x`` is a topic of its own, counted like any other)."""
+        if topic.partition_index < 0:
+            return False
+        return (
+            self.resources.partitions(TopicName.parse(topic.partitioned_topic_name)) > topic.partition_index
+        )
+
     def count_topics(self, namespace: str) -> int:
         """Topics of ``namespace`` as ``max_topics_per_namespace`` counts them (Pulsar: every partition of a
         partitioned topic is one): non-partitioned persistent and loaded non-persistent topics, plus the
@@ -377,8 +394,7 @@ class BrokerService:
             prefix = f"{domain}://{namespace}/"
             names = self.factory.names() if domain == "persistent" else self.topics
             for name in names:
-                cut = name.rfind("-partition-")
-                if name.startswith(prefix) and (cut < 0 or name[:cut] not in partitioned):
+                if name.startswith(prefix) and not _declared_partition(name, partitioned):
                     count += 1
         return count
 
