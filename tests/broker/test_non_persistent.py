@@ -35,6 +35,9 @@ class FakeCnx:
     def send_send_error(self, producer_id, sequence_id, error, message) -> None:
         raise AssertionError(message)
 
+    def publish_completed(self) -> None:
+        pass
+
     def send_message(self, consumer_id, position, partition, data, redelivery_count, ack_set=None) -> None:
         self.messages.append(position)
 

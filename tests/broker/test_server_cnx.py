@@ -79,6 +79,9 @@ class FakeService:
     def generate_producer_name(self) -> str:
         return "standalone-1-1"
 
+    def check_subscription_limit(self, topic: object, name: str) -> None:
+        pass
+
     def check_consumer_limits(self, topic: object, subscription: object) -> None:
         pass
 

@@ -50,7 +50,7 @@ def test_bad_requests_get_400_with_reason(broker):
     status, body = call(broker, "PUT", path, b"0")
     assert status == 400
     status, body = call(broker, "PUT", "/admin/v2/persistent/public/default/t-partition-x/partitions", b"2")
-    assert status == 400 and body["reason"]
+    assert status == 412 and body["reason"]  # an invalid topic name: Pulsar's 412
     status, body = call(broker, "PUT", "/admin/v2/persistent/public/nope/t/partitions", b"2")
     assert status == 404
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from quasar.protocol import InvalidTopicNameError, TopicName
+from quasar.protocol.topic_name import MAX_NAMED_ENTITY_LENGTH, MAX_TOPIC_NAME_LENGTH, check_named_entity
 
 
 @pytest.mark.parametrize(
@@ -80,6 +81,27 @@ def test_partition_builds_partition_names_of_the_base_topic() -> None:
         "t-partition-01",
         "t-partition-99999999999",
         "-partition-1",
+        # hostile names (issue 16): relative paths, escapes that decode to them, invisible characters
+        "persistent://../../x",
+        "persistent://public/../x",
+        "persistent://./default/x",
+        "persistent://public/default/..",
+        "persistent://public/default/.",
+        "..",
+        "%2e%2e",
+        "%2E%2E",
+        "%2e%2e%2f",
+        "a%2Fb",
+        "a%5Cb",
+        "a%00b",
+        "a\u202eb",  # right-to-left override
+        "a\u2066b",  # left-to-right isolate
+        "a\u200fb",  # right-to-left mark
+        "a\x85b",  # C1 control (NEL)
+        "a\x7fb",
+        "x" * 10_000,
+        "persistent://public/default/" + "y" * 20_000,
+        "persistent://" + "t" * 256 + "/ns/x",
     ],
 )
 def test_invalid_names_raise(name: str) -> None:
@@ -90,3 +112,28 @@ def test_invalid_names_raise(name: str) -> None:
 def test_non_string_raises() -> None:
     with pytest.raises(InvalidTopicNameError):
         TopicName.parse(b"t")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "name", ["a..b", "50%", "a%20b", "caf\u00e9", "x" * (1024 - len("persistent://public/default/"))]
+)
+def test_unusual_but_valid_names_parse(name: str) -> None:
+    assert TopicName.parse(name).local_name == name
+
+
+def test_name_at_the_length_bound_counts_utf8_bytes() -> None:
+    prefix = "persistent://public/default/"
+    assert TopicName.parse(prefix + "x" * (MAX_TOPIC_NAME_LENGTH - len(prefix))).local_name
+    with pytest.raises(InvalidTopicNameError, match="UTF-8"):
+        TopicName.parse(prefix + "\u00e9" * ((MAX_TOPIC_NAME_LENGTH - len(prefix)) // 2 + 1))
+
+
+@pytest.mark.parametrize("value", ["", ".", "..", "a/b", "a b", "%2e", "x" * (MAX_NAMED_ENTITY_LENGTH + 1)])
+def test_check_named_entity_refuses(value: str) -> None:
+    with pytest.raises(InvalidTopicNameError, match="tenant name is not valid"):
+        check_named_entity("tenant", value)
+
+
+def test_check_named_entity_accepts_pulsar_names() -> None:
+    for value in ("public", "my-tenant_1", "a=b:c.d", "...", "x" * MAX_NAMED_ENTITY_LENGTH):
+        check_named_entity("namespace", value)

@@ -25,6 +25,7 @@ from quasar.broker.broker_service import BrokerService
 from quasar.broker.cluster.member import ClusterMember
 from quasar.broker.cluster.model import BrokerInfo, parse_advertised_listeners
 from quasar.broker.config import BrokerConfig
+from quasar.broker.connection_limits import ConnectionController
 from quasar.broker.loop_lag import LoopLagMonitor, add_loop_lag_route
 from quasar.broker.metadata_migration import migrate_legacy_metadata
 from quasar.broker.policies import BacklogQuota, PolicyDefaults
@@ -269,6 +270,9 @@ class BrokerApp:
             max_producers_per_topic=config.max_producers_per_topic,
             max_consumers_per_topic=config.max_consumers_per_topic,
             max_consumers_per_subscription=config.max_consumers_per_subscription,
+            max_subscriptions_per_topic=config.max_subscriptions_per_topic,
+            max_topics_per_namespace=config.max_topics_per_namespace,
+            max_num_partitions_per_partitioned_topic=config.max_num_partitions_per_partitioned_topic,
             defaults=PolicyDefaults(
                 retention_time_minutes=config.default_retention_time_in_minutes,
                 retention_size_mb=config.default_retention_size_in_mb,
@@ -293,8 +297,11 @@ class BrokerApp:
         self.admin_port = admin_socket.getsockname()[1]
         service.broker_service_url = self.service_url
         service.web_service_url = self.web_service_url
+        admission = ConnectionController(config.broker_max_connections, config.broker_max_connections_per_ip)
         self._server = await loop.create_server(
-            lambda: ServerCnx(service, config, self.connections), sock=pulsar_socket, start_serving=False
+            lambda: ServerCnx(service, config, self.connections, admission),
+            sock=pulsar_socket,
+            start_serving=False,
         )
         if config.broker_name:
             factory = self.factory
@@ -311,7 +318,7 @@ class BrokerApp:
             service.ownership = self.member.ownership
         await self._server.start_serving()
 
-        admin_app = build_admin_app(service)
+        admin_app = build_admin_app(service, max_request_size=config.http_max_request_size)
         replication_routes.register(admin_app, self.replication)
         if self.replication is not None:
             service.write_refusal = self.replication.write_refusal

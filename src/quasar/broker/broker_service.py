@@ -40,6 +40,7 @@ from quasar.broker.policies import (
     PolicyDefaults,
     check_backlog_quota,
     expire_messages,
+    parse_retention,
 )
 from quasar.broker.resources import BrokerResources
 from quasar.broker.subscription import SubscriptionOptions
@@ -48,11 +49,25 @@ from quasar.errors import QuasarError
 from quasar.ledger.factory import ManagedLedgerFactory
 from quasar.metadata import AlreadyExistsError, MetadataStore, MetadataStoreError
 from quasar.protocol import TopicName
+from quasar.protocol.topic_name import PARTITION_SUFFIX
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TENANTS = ("public", "pulsar")
 DEFAULT_NAMESPACES = ("public/default", "pulsar/system")
+
+
+def _declared_partition(name: str, partitioned: dict[str, int]) -> bool:
+    """``name`` is ``<base>-partition-<i>`` with ``base`` a partitioned topic of more than ``i`` partitions."""
+    cut = name.rfind(PARTITION_SUFFIX)
+    index = name[cut + len(PARTITION_SUFFIX) :]
+    return cut > 0 and index.isascii() and index.isdigit() and int(index) < partitioned.get(name[:cut], 0)
+
+
+def _ttl(value: Any) -> int:
+    if type(value) is not int or value < 0:
+        raise ValueError(f"message TTL must be an integer >= 0, got {value!r:.100}")
+    return value
 
 
 class TopicExistsError(BrokerError):
@@ -76,6 +91,9 @@ class BrokerService:
         max_producers_per_topic: int = 0,
         max_consumers_per_topic: int = 0,
         max_consumers_per_subscription: int = 0,
+        max_subscriptions_per_topic: int = 0,
+        max_topics_per_namespace: int = 0,
+        max_num_partitions_per_partitioned_topic: int = 0,
     ) -> None:
         self.factory = factory
         self.write_refusal: Callable[[], str | None] = lambda: None
@@ -95,6 +113,9 @@ class BrokerService:
         self.max_producers_per_topic = max_producers_per_topic
         self.max_consumers_per_topic = max_consumers_per_topic
         self.max_consumers_per_subscription = max_consumers_per_subscription
+        self.max_subscriptions_per_topic = max_subscriptions_per_topic
+        self.max_topics_per_namespace = max_topics_per_namespace
+        self.max_num_partitions = max_num_partitions_per_partitioned_topic
         self._dedup_entries_interval = deduplication_entries_interval
         self._dedup_max_producers = deduplication_max_producers
         self._boot_id = 0
@@ -225,20 +246,33 @@ class BrokerService:
 
     # ------------------------------------------------------------------ partitioned topics
     def partitions(self, topic: TopicName) -> int:
-        """Partition count of ``topic`` (0 = not partitioned). A partition name is never partitioned itself."""
+        """Partition count of ``topic`` (0 = not partitioned). A partition name is never partitioned itself.
+        Raises NotAllowedError for a count stored before ``max_num_partitions_per_partitioned_topic`` bounded
+        it and past that bound (such a topic cannot be served: its partitions could not even be listed)."""
         if topic.partition_index >= 0:
             return 0
-        return self.resources.partitions(topic)
+        count = self.resources.partitions(topic)
+        if self.max_num_partitions and count > self.max_num_partitions:
+            raise NotAllowedError(
+                f"{topic.full_name} has {count} partitions, more than max_num_partitions_per_partitioned_topic"
+                f" {self.max_num_partitions}"
+            )
+        return count
 
     async def create_partitioned_topic(self, topic: TopicName, partitions: int) -> None:
         """PUT .../partitions: raises TopicExistsError if it (or a non-partitioned topic of that name) exists."""
         if partitions <= 0:
             raise NotAllowedError(f"Number of partitions should be more than 0, got {partitions}")
+        if self.max_num_partitions and partitions > self.max_num_partitions:  # Pulsar: 412, same message
+            raise NotAllowedError(
+                f"Number of partitions should be less than or equal to {self.max_num_partitions}"
+            )
         if topic.partition_index >= 0:
             raise NotAllowedError(f"{topic.full_name} is a partition name and cannot be partitioned")
         self._check_namespace(topic)
-        if self.partitions(topic) > 0 or topic.full_name in self.factory.names():
+        if self.resources.partitions(topic) > 0 or topic.full_name in self.factory.names():
             raise TopicExistsError(f"Topic {topic.full_name} already exists")
+        self.check_topics_quota(topic.namespace_name, partitions)
         try:
             await self.resources.create_partitioned_topic(topic, partitions)
         except AlreadyExistsError:
@@ -261,6 +295,9 @@ class BrokerService:
         else:
             names = {n for n in self.topics if n.startswith(prefix)}
         for partitioned, count in self.resources.partitioned_topics(namespace, domain).items():
+            if self.max_num_partitions and count > self.max_num_partitions:
+                log.warning("%s: %d partitions stored, past the bound: not listed", partitioned, count)
+                continue
             names.update(f"{partitioned}-partition-{i}" for i in range(count))
         if self.ownership is not None:  # the cluster's topics, wherever they are served
             names.update(self.ownership.placement.topics_in(namespace, domain))
@@ -290,6 +327,7 @@ class BrokerService:
         if not topic.is_persistent:
             if not create:
                 raise TopicNotFoundError(f"Topic {topic.full_name} does not exist")
+            self.check_topics_quota(topic.namespace_name, 1)
             non_persistent = NonPersistentTopic(
                 topic,
                 subscription_options=self._subscription_options,
@@ -303,8 +341,11 @@ class BrokerService:
         if pending is None:
             if not create and name not in self.factory.names():
                 raise TopicNotFoundError(f"Topic {name} does not exist")
-            if self.read_only is not None and name not in self.factory.names():
-                raise ServiceNotReadyError(self.read_only)
+            if name not in self.factory.names():
+                if self.read_only is not None:
+                    raise ServiceNotReadyError(self.read_only)
+                if not self._is_declared_partition(topic):  # those were counted with their partitioned topic
+                    self.check_topics_quota(topic.namespace_name, 1)
             pending = asyncio.create_task(self._load_topic(topic), name=f"load-topic:{name}")
             self._loading[name] = pending
             pending.add_done_callback(functools.partial(self._load_done, name))
@@ -335,6 +376,47 @@ class BrokerService:
         log.info("loaded topic %s", topic.full_name)
         return loaded
 
+    def _is_declared_partition(self, topic: TopicName) -> bool:
+        """``topic`` is a partition of a partitioned topic created through the admin API (a ``x-partition-3``
+        with no partitioned ``x`` is a topic of its own, counted like any other)."""
+        if topic.partition_index < 0:
+            return False
+        return (
+            self.resources.partitions(TopicName.parse(topic.partitioned_topic_name)) > topic.partition_index
+        )
+
+    def count_topics(self, namespace: str) -> int:
+        """Topics of ``namespace`` as ``max_topics_per_namespace`` counts them (Pulsar: every partition of a
+        partitioned topic is one): non-partitioned persistent and loaded non-persistent topics, plus the
+        partition count of each partitioned topic."""
+        count = 0
+        for domain in ("persistent", "non-persistent"):
+            partitioned = self.resources.partitioned_topics(namespace, domain)
+            bound = self.max_num_partitions
+            count += sum(n for n in partitioned.values() if not bound or n <= bound)  # past it: not served
+            prefix = f"{domain}://{namespace}/"
+            names = self.factory.names() if domain == "persistent" else self.topics
+            for name in names:
+                if name.startswith(prefix) and not _declared_partition(name, partitioned):
+                    count += 1
+        return count
+
+    def check_topics_quota(self, namespace: str, adding: int) -> None:
+        """Raise NotAllowedError (binary NotAllowed, admin 412) when ``adding`` more topics would pass
+        ``max_topics_per_namespace`` (0 = unlimited), with Pulsar's message."""
+        limit = self.max_topics_per_namespace
+        if limit and self.count_topics(namespace) + adding > limit:
+            raise NotAllowedError(f"Exceed maximum number of topics in namespace {namespace} (limit {limit})")
+
+    def check_subscription_limit(self, topic: Any, name: str) -> None:
+        """Raise NotAllowedError when subscription ``name`` would be one more than ``max_subscriptions_per_topic``
+        (Pulsar ``checkMaxSubscriptionsPerTopicExceed``; readers' subscriptions count too)."""
+        limit = self.max_subscriptions_per_topic
+        if limit and name not in topic.subscriptions and len(topic.subscriptions) >= limit:
+            raise NotAllowedError(
+                f"Exceed the maximum number of subscriptions of the topic {topic.name} ({limit})"
+            )
+
     def check_consumer_limits(self, topic: Any, subscription: Any) -> None:
         """Raise ConsumerBusyError when ``subscription`` or ``topic`` has reached its consumer limit
         (broker ``maxConsumersPerSubscription`` / ``maxConsumersPerTopic``, 0 = unlimited)."""
@@ -347,7 +429,8 @@ class BrokerService:
 
     # ------------------------------------------------------------------ policies
     def _topic_policies(self, topic: TopicName) -> dict[str, Any]:
-        return self.resources.topic_policies.get(topic.full_name, {})
+        policies = self.resources.topic_policies.get(topic.full_name, {})
+        return policies if isinstance(policies, dict) else {}
 
     def namespace_policy(self, namespace: str, key: str) -> Any:
         """The namespace policy ``key`` (e.g. ``deduplicationEnabled``), None when unset. Raises
@@ -355,7 +438,7 @@ class BrokerService:
         policies = self.resources.namespaces.get(namespace)
         if policies is None:
             raise NamespaceNotFoundError(f"Namespace {namespace} does not exist")
-        return policies.get(key)
+        return policies.get(key) if isinstance(policies, dict) else None  # ill-typed from before: no policy
 
     def topic_policy(self, topic: TopicName, key: str) -> Any:
         """The topic-level policy ``key`` of ``topic`` (a partition inherits its partitioned topic's), None
@@ -411,18 +494,31 @@ class BrokerService:
                 self._apply_sync_policies(loaded)
                 await loaded.set_deduplication(self.deduplication_enabled(loaded.name))
 
+    def _checked_policy(self, topic: TopicName, key: str, parse: Callable[[Any], Any], default: Any) -> Any:
+        """The effective policy ``key`` through ``parse``; a stored value ``parse`` refuses (ill-typed, written
+        before policies were checked on write) is logged and ``default`` used, so the topic still loads."""
+        value = self.effective_policy(topic, key, None)
+        if value is None or value == {}:
+            return default
+        try:
+            return parse(value)
+        except (ValueError, TypeError) as exc:
+            log.warning("%s: stored policy %s is invalid, using the default: %s", topic.full_name, key, exc)
+            return default
+
     def _apply_sync_policies(self, loaded: PersistentTopic) -> None:
         """Retention, message TTL and backlog quota of ``loaded`` from the effective policies."""
         defaults = self.defaults
-        retention = self.effective_policy(loaded.name, RETENTION, None) or {}
+        retention = self._checked_policy(loaded.name, RETENTION, parse_retention, {})
         time_min = retention.get("retentionTimeInMinutes", defaults.retention_time_minutes)
         size_mb = retention.get("retentionSizeInMB", defaults.retention_size_mb)
         loaded.ledger.set_retention(
             -1 if time_min < 0 else time_min * 60_000, -1 if size_mb < 0 else size_mb * 1024 * 1024
         )
-        loaded.message_ttl_s = int(self.effective_policy(loaded.name, MESSAGE_TTL, defaults.message_ttl_s))
-        quota = self.effective_policy(loaded.name, BACKLOG_QUOTA, None)
-        loaded.backlog_quota = BacklogQuota.from_json(quota) if quota else defaults.backlog_quota
+        loaded.message_ttl_s = self._checked_policy(loaded.name, MESSAGE_TTL, _ttl, defaults.message_ttl_s)
+        loaded.backlog_quota = self._checked_policy(
+            loaded.name, BACKLOG_QUOTA, BacklogQuota.from_json, defaults.backlog_quota
+        )
 
     def run_policy_checks(self, now_ms: int, *, ttl: bool = True, backlog: bool = True) -> None:
         """One round of message expiry (TTL) and backlog-quota checks (plus a deduplication snapshot where

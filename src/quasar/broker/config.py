@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from quasar.broker.cluster.model import parse_advertised_listeners
+from quasar.protocol.errors import InvalidTopicNameError
+from quasar.protocol.topic_name import check_named_entity
 
 DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024  # bytes; Pulsar's maxMessageSize default
 
@@ -29,6 +31,8 @@ _POSITIVE = (
     "dispatcher_max_read_batch_size",
     "register_name_server_period_s",
     "load_report_interval_s",
+    "max_pending_publish_requests_per_connection",
+    "http_max_request_size",
 )
 """Settings that must be > 0."""
 _NON_NEGATIVE = (
@@ -39,6 +43,11 @@ _NON_NEGATIVE = (
     "max_consumers_per_subscription",
     "gc_gen0_threshold",
     "broker_id",
+    "broker_max_connections",
+    "broker_max_connections_per_ip",
+    "max_subscriptions_per_topic",
+    "max_topics_per_namespace",
+    "max_num_partitions_per_partitioned_topic",
 )
 """Settings that must be >= 0 (0: unlimited, disabled or the default, as each says)."""
 
@@ -77,7 +86,8 @@ class BrokerConfig:
     - ``message_expiry_check_interval_s`` (Pulsar 5 min) / ``backlog_quota_check_interval_s`` (60 s): how
       often TTL and backlog quotas are enforced.
     - ``max_producers_per_topic`` / ``max_consumers_per_topic`` / ``max_consumers_per_subscription``
-      (0 = unlimited): ProducerBusy / ConsumerBusy beyond them.
+      (10,000 each; Pulsar 0 = unlimited, which 0 still means): ProducerBusy "Topic reached max producers
+      limit" / ConsumerBusy "Topic reached max consumers limit" / "Subscription reached max consumers limit".
     - ``delayed_delivery_enabled`` / ``delayed_delivery_tick_time_ms`` (1000) /
       ``is_delayed_delivery_deliver_at_time_strict`` (false: up to one tick early): Shared delayed delivery.
     - ``max_concurrent_non_persistent_message_per_connection``: non-persistent publishes in flight per
@@ -115,6 +125,17 @@ class BrokerConfig:
       htpasswd file path or its base64 content); ``authentication_refresh_check_seconds`` (60): how often
       expired credentials of binary connections are refreshed (AUTH_CHALLENGE); ``authorization_enabled``
       (false) with ``super_user_roles``.
+    - limits, checked before anything is allocated for the request (README "Limits"; 0 = unlimited where
+      allowed): ``broker_max_connections`` (512; Pulsar 0) and ``broker_max_connections_per_ip`` (256; Pulsar
+      0), sized so that connections leave room for the store's files under a 1,024 file-descriptor limit: a
+      connection past them is closed at accept, with a rate-limited log line;
+      ``max_pending_publish_requests_per_connection`` (1000, as Pulsar): SENDs without a receipt past which
+      the connection's socket is not read until half have been answered; ``max_subscriptions_per_topic``
+      (10,000; Pulsar 0): NotAllowed "Exceed maximum number of subscriptions" to a SUBSCRIBE creating one
+      more; ``max_topics_per_namespace`` (100,000; Pulsar 0; partitions count one each): NotAllowed / 412
+      "Exceed maximum number of topics in namespace"; ``max_num_partitions_per_partitioned_topic``
+      (10,000; Pulsar 0): 412 beyond it; ``http_max_request_size`` (10 MiB; Pulsar's httpMaxRequestSize
+      -1): bytes of an admin request body, 413 beyond it.
     """
 
     host: str = "127.0.0.1"
@@ -160,9 +181,9 @@ class BrokerConfig:
     max_unacked_messages_per_subscription: int = 200_000
     subscription_key_shared_use_consistent_hashing: bool = True
     max_concurrent_non_persistent_message_per_connection: int = 1000
-    max_producers_per_topic: int = 0
-    max_consumers_per_topic: int = 0
-    max_consumers_per_subscription: int = 0
+    max_producers_per_topic: int = 10_000
+    max_consumers_per_topic: int = 10_000
+    max_consumers_per_subscription: int = 10_000
     delayed_delivery_enabled: bool = True
     delayed_delivery_tick_time_ms: int = 1000
     is_delayed_delivery_deliver_at_time_strict: bool = False
@@ -219,6 +240,14 @@ class BrokerConfig:
     authentication_refresh_check_seconds: float = 60.0
     authorization_enabled: bool = False
     super_user_roles: tuple[str, ...] = ()
+    # Limits (Pulsar's broker.conf names; bounded defaults where Pulsar ships 0 = unlimited; README "Limits")
+    broker_max_connections: int = 512
+    broker_max_connections_per_ip: int = 256
+    max_pending_publish_requests_per_connection: int = 1000
+    max_subscriptions_per_topic: int = 10_000
+    max_topics_per_namespace: int = 100_000
+    max_num_partitions_per_partitioned_topic: int = 10_000
+    http_max_request_size: int = 10 * 1024 * 1024
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535 or not 0 <= self.admin_port <= 65535:
@@ -243,6 +272,10 @@ class BrokerConfig:
             raise ValueError(
                 f"unknown backlog_quota_default_retention_policy {self.backlog_quota_default_retention_policy!r}"
             )
+        try:  # a cluster name is a Pulsar named entity ([-=:.\w]+, not "." or "..")
+            check_named_entity("cluster", self.cluster_name)
+        except InvalidTopicNameError as exc:
+            raise ValueError(f"cluster_name: {exc}") from None
         listeners = parse_advertised_listeners(self.advertised_listeners)
         if self.internal_listener_name and self.internal_listener_name not in listeners:
             raise ValueError(

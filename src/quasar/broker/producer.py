@@ -66,6 +66,9 @@ class ProducerConnection(Protocol):
 
     def refuse_producer(self, producer: Producer, error: BrokerError) -> None: ...
 
+    def publish_completed(self) -> None:
+        """One SEND of this connection got its answer (counted against the pending-publish limit)."""
+
 
 class ProducerTopic(Protocol):
     """What a producer and the producer commands use of its topic (``PersistentTopic``,
@@ -211,6 +214,7 @@ class Producer:
         cnx = self.cnx
         while pending and pending[0].done:
             op = pending.popleft()
+            cnx.publish_completed()
             if op.non_persistent:
                 cnx.non_persistent_pending -= 1
             error = op.error

@@ -16,6 +16,15 @@ Owned background work, cancelled in ``connection_lost``: the keep-alive timer (P
 (``cnx.auth.ConnectionAuth``: CONNECT authentication, the role LOOKUP/PRODUCER/SUBSCRIBE are checked against,
 AUTH_CHALLENGE when a token expires) and the tasks of ``spawn`` (PRODUCER, SUBSCRIBE and UNSUBSCRIBE that wait
 on topic loading or metadata).
+``keep_alive_interval_s``, close after a second silent interval; a connection that has not sent CONNECT when
+the first interval ends is closed then, as Pulsar's ``PulsarHandler`` closes an incomplete handshake at its
+first keep-alive tick) and the tasks of ``spawn`` (PRODUCER, SUBSCRIBE and UNSUBSCRIBE that wait on topic
+loading or metadata).
+
+Limits (Pulsar's ServerCnx): a connection over ``broker_max_connections`` / ``broker_max_connections_per_ip``
+(``connection_limits.ConnectionController``) is closed in ``connection_made`` before anything is read; above
+``max_pending_publish_requests_per_connection`` SENDs without a receipt the socket is no longer read
+(``pause_reading``) until the receipts drain to half of it, so one client cannot queue unbounded publishes.
 
 Output is written once per event-loop turn: every frame a turn produces (receipts of a group commit round,
 the MESSAGE frames of a dispatch round, replies) is queued, and one ``writelines`` hands them all to the
@@ -42,6 +51,7 @@ from quasar.broker.cnx.consumers import ConsumerCommands
 from quasar.broker.cnx.lookup import LookupCommands
 from quasar.broker.cnx.ports import FrameHandler, IdRegistry
 from quasar.broker.cnx.producers import ProducerCommands
+from quasar.broker.connection_limits import ConnectionController, RateLimitedLog
 from quasar.protocol import NEED_DATA, CommandType, FrameDecoder, commands
 from quasar.protocol.enums import MAX_PROTOCOL_VERSION, ServerError
 from quasar.protocol.errors import ProtocolError
@@ -59,6 +69,7 @@ if TYPE_CHECKING:
 __all__ = ["SERVER_VERSION", "ServerCnx"]
 
 log = logging.getLogger(__name__)
+_REFUSALS = RateLimitedLog(log)  # a connection flood must not become a log flood
 
 SERVER_VERSION = "Quasar 0.1.0"
 WRITE_BUFFER_HIGH_WATER = 4 * 1024 * 1024  # bytes
@@ -70,7 +81,13 @@ class ServerCnx(asyncio.Protocol):
     tasks, write-side flow control. Implements the ports of ``quasar.broker.cnx`` and the
     ``ProducerConnection`` / ``ConsumerConnection`` its producers and consumers answer through."""
 
-    def __init__(self, service: BrokerService, config: BrokerConfig, connections: set[ServerCnx]) -> None:
+    def __init__(
+        self,
+        service: BrokerService,
+        config: BrokerConfig,
+        connections: set[ServerCnx],
+        controller: ConnectionController | None = None,
+    ) -> None:
         self.service = service
         self.config = config
         self._connections = connections
@@ -85,6 +102,11 @@ class ServerCnx(asyncio.Protocol):
         self.non_persistent_pending = 0
         self.max_non_persistent_pending = config.max_concurrent_non_persistent_message_per_connection
         self.producers: IdRegistry[Producer] = IdRegistry()
+        self._controller = controller  # connection admission; None: unlimited (unit tests)
+        self._admitted_ip: str | None = None  # the IP counted by the controller, released once
+        self._pending_publishes = 0  # SENDs without a receipt yet (Pulsar pendingSendRequest)
+        self._max_pending_publishes = config.max_pending_publish_requests_per_connection
+        self._reading_paused = False
         self.consumers: IdRegistry[Consumer] = IdRegistry()
         self._writable = True
         self._out: list[bytes | memoryview] = []  # frames of this loop turn, written by _write_out
@@ -111,6 +133,15 @@ class ServerCnx(asyncio.Protocol):
         self.transport = tcp = cast(asyncio.Transport, transport)
         peer = tcp.get_extra_info("peername")
         self.remote_address = f"{peer[0]}:{peer[1]}" if peer else "?"
+        if self._controller is not None:
+            ip = str(peer[0]) if peer else "?"
+            refusal = self._controller.try_open(ip)
+            if refusal is not None:  # Pulsar: closed in channelActive, before anything is read or allocated
+                _REFUSALS.warning("refusing connection from %s: %s", self.remote_address, refusal)
+                self._closing = True
+                tcp.close()
+                return
+            self._admitted_ip = ip
         sock = tcp.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
@@ -152,6 +183,9 @@ class ServerCnx(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
+        if self._admitted_ip is not None and self._controller is not None:
+            self._controller.closed(self._admitted_ip)
+            self._admitted_ip = None
         self._out = []
         self._connections.discard(self)
         if self._keepalive is not None:
@@ -274,13 +308,38 @@ class ServerCnx(asyncio.Protocol):
         self._keepalive = None
         if self._closing:
             return
-        if self._awaiting_pong:
+        if not self.connected:
+            self.close("handshake not completed within keep_alive_interval_s: no CONNECT received")
+            return
+        if self._awaiting_pong and not self._reading_paused:  # paused: our own back-pressure, not silence
             self.close("ping timeout: no command received for a whole keep-alive interval")
             return
-        if self.connected:
-            self._awaiting_pong = True
-            self.write(commands.new_ping())
+        self._awaiting_pong = True
+        self.write(commands.new_ping())
         self._schedule_keepalive()
+
+    # ------------------------------------------------------------------ pending publishes
+    def publish_started(self) -> None:
+        """A SEND went to its producer; past ``max_pending_publish_requests_per_connection`` of them without
+        a receipt, stop reading the socket (Pulsar ``startSendOperation`` disables auto-read)."""
+        self._pending_publishes += 1
+        if (
+            self._pending_publishes >= self._max_pending_publishes
+            and not self._reading_paused
+            and self.transport is not None
+            and not self._closing
+        ):
+            self._reading_paused = True
+            self.transport.pause_reading()
+
+    def publish_completed(self) -> None:
+        """A SEND got its answer (receipt, error, or dropped with its closed producer); read again once half
+        of the limit is left (Pulsar ``completedSendOperation``'s resumeReadsThreshold)."""
+        self._pending_publishes -= 1
+        if self._reading_paused and self._pending_publishes <= self._max_pending_publishes // 2:
+            self._reading_paused = False
+            if self.transport is not None and not self._closing:
+                self.transport.resume_reading()
 
     # ------------------------------------------------------------------ ProducerConnection
     def send_receipt(

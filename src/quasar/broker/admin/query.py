@@ -143,11 +143,13 @@ def _json(
 
 async def query_messages(request: web.Request) -> web.Response:
     """``GET .../{topic}/messages?key=K&from=MS&to=MS&max=N`` (see the module docstring). Answers errors
-    itself as ``{"reason": ...}`` (400 bad parameter or topic name, 404 unknown topic or namespace, 405 a
+    itself as ``{"reason": ...}`` (400 bad parameter, 412 invalid topic name, 404 unknown topic or namespace, 405 a
     non-persistent topic, which stores nothing to query)."""
     try:
         return await _query_messages(request)
-    except (ValueError, InvalidTopicNameError) as exc:
+    except InvalidTopicNameError as exc:  # as every admin path: Pulsar's 412
+        return web.json_response({"reason": str(exc)}, status=412)
+    except ValueError as exc:
         return web.json_response({"reason": str(exc)}, status=400)
     except NotAllowedError as exc:
         return web.json_response({"reason": str(exc)}, status=405)

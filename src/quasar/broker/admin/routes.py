@@ -1,6 +1,7 @@
 """Admin REST API on aiohttp, on the broker's event loop. Paths and JSON shapes follow Pulsar's admin v2
 (reference/pulsar-protocol.md §11): errors are ``{"reason": "..."}`` with 400 (bad input), 404 (unknown
-tenant/namespace/topic), 409 (already exists), 412 (precondition, e.g. partitioned parent), 503 (no live
+tenant/namespace/topic), 409 (already exists), 412 (precondition, e.g. partitioned parent, or an invalid
+tenant, namespace or topic name after URL-decoding, as Pulsar), 503 (no live
 owner for the topic now, or the metadata store unreachable: retry) and 500. In a cluster, requests about a
 topic another broker serves get a 307 to it (``cluster_routes``).
 """
@@ -18,6 +19,7 @@ from quasar.broker.admin import cluster_routes, permission_routes, topic_routes
 from quasar.broker.admin import query as query_routes
 from quasar.broker.admin.app_keys import SERVICE_KEY
 from quasar.broker.admin.auth import auth_middleware
+from quasar.broker.admin.validation import parse_json, validate_namespace_policies, validate_tenant_info
 from quasar.broker.broker_service import BrokerService, TopicExistsError
 from quasar.broker.errors import (
     BrokerError,
@@ -30,6 +32,7 @@ from quasar.broker.policies import BACKLOG_QUOTA, MESSAGE_TTL, RETENTION, Backlo
 from quasar.metadata import MetadataStoreError
 from quasar.protocol import TopicName
 from quasar.protocol.errors import InvalidTopicNameError
+from quasar.protocol.topic_name import check_named_entity
 
 log = logging.getLogger(__name__)
 
@@ -47,9 +50,13 @@ async def _errors_middleware(request: web.Request, handler: Handler) -> web.Stre
     """Map Quasar errors to Pulsar's admin status codes; nothing escapes as a bare 500 traceback."""
     try:
         return await handler(request)
+    except web.HTTPRequestEntityTooLarge as exc:  # past http_max_request_size (Pulsar httpMaxRequestSize)
+        return _error(413, exc.text or "request body too large")
     except web.HTTPException:
         raise
-    except (InvalidTopicNameError, ValueError, json.JSONDecodeError) as exc:
+    except InvalidTopicNameError as exc:  # Pulsar: 412 "Topic name is not valid" / "... name is not valid"
+        return _error(412, str(exc))
+    except (ValueError, json.JSONDecodeError) as exc:
         return _error(400, str(exc))
     except TopicExistsError as exc:
         return _error(409, str(exc))
@@ -92,13 +99,9 @@ def _namespace(request: web.Request) -> str:
 
 
 async def _json_body(request: web.Request) -> Any:
-    text = await request.text()
-    if not text.strip():
-        return None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"request body is not valid JSON: {exc.msg}") from None
+    """The decoded body (None when empty); ValueError (400) for bad or too deeply nested JSON; aiohttp's 413
+    past ``http_max_request_size``."""
+    return parse_json(await request.text())
 
 
 # ---------------------------------------------------------------------- clusters, tenants, namespaces
@@ -116,14 +119,11 @@ async def get_tenants(request: web.Request) -> web.Response:
 
 
 async def put_tenant(request: web.Request) -> web.Response:
-    """PUT /admin/v2/tenants/{tenant}, body TenantInfo JSON (optional): 204; 409 if it exists, 400 for a bad
-    name or body."""
+    """PUT /admin/v2/tenants/{tenant}, body TenantInfo JSON (optional): 204; 409 if it exists, 412 for a bad
+    name (Pulsar "Tenant name is not valid"), 400 for a bad body."""
     tenant = request.match_info["tenant"]
-    TopicName.parse(f"persistent://{tenant}/ns/t")  # validates the characters
-    body = await _json_body(request)
-    if body is not None and not isinstance(body, dict):
-        raise ValueError("tenant info must be a JSON object")
-    await _service(request).create_tenant(tenant, body or {"adminRoles": [], "allowedClusters": []})
+    check_named_entity("tenant", tenant)
+    await _service(request).create_tenant(tenant, validate_tenant_info(await _json_body(request)))
     return web.Response(status=204)
 
 
@@ -138,12 +138,11 @@ async def get_namespaces(request: web.Request) -> web.Response:
 
 async def put_namespace(request: web.Request) -> web.Response:
     """PUT /admin/v2/namespaces/{tenant}/{ns}, body policies JSON (optional): 204; 404 unknown tenant, 409 exists."""
+    check_named_entity("tenant", request.match_info["tenant"])
+    check_named_entity("namespace", request.match_info["namespace"])
     namespace = f"{request.match_info['tenant']}/{request.match_info['namespace']}"
-    TopicName.parse(f"persistent://{namespace}/t")
-    body = await _json_body(request)
-    if body is not None and not isinstance(body, dict):
-        raise ValueError("namespace policies must be a JSON object")
-    await _service(request).create_namespace(namespace, body or {})
+    policies = validate_namespace_policies(await _json_body(request))  # typed: never stored ill-typed
+    await _service(request).create_namespace(namespace, policies)
     return web.Response(status=204)
 
 
@@ -412,9 +411,10 @@ def _policy_routes(topic: str) -> list[web.RouteDef]:
     return routes
 
 
-def build_admin_app(service: BrokerService) -> web.Application:
+def build_admin_app(service: BrokerService, *, max_request_size: int = 10 * 1024 * 1024) -> web.Application:
     """The admin REST application for ``service``, authenticated and authorized by ``service.security``
-    (``admin.auth``)."""
+    (``admin.auth``); request bodies past ``max_request_size`` bytes (``http_max_request_size``) are refused
+    with 413 before they are buffered whole."""
     owner_only = (get_stats, get_internal_stats, get_subscriptions, get_last_message_id, delete_subscription,
                   put_topic, query_routes.query_messages, *topic_routes.OWNER_ONLY)  # fmt: skip
     app = web.Application(
@@ -423,7 +423,7 @@ def build_admin_app(service: BrokerService) -> web.Application:
             _errors_middleware,
             cluster_routes.owner_redirect_middleware(owner_only),
         ],
-        client_max_size=1024 * 1024,
+        client_max_size=max_request_size,
     )
     app[SERVICE_KEY] = service
     permission_routes.register(app)  # grants: before the {topic} templates

@@ -31,6 +31,7 @@ from quasar.broker.cluster.model import BrokerInfo, LookupAnswer, LookupKind, no
 from quasar.broker.cluster.placement import PlacementTable, choose_groups
 from quasar.broker.errors import ServiceNotReadyError
 from quasar.protocol import TopicName
+from quasar.protocol.errors import InvalidTopicNameError
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +144,11 @@ class ClusterOwnership:
         ``[]``)."""
         held: dict[str, list[int]] = {}
         for name in self.placement.topics_of(self.me.group):
-            topic = TopicName.parse(name)
+            try:
+                topic = TopicName.parse(name)
+            except InvalidTopicNameError as exc:  # placed before names were checked (e.g. ".."): unserved
+                log.warning("not registering topic placed under a name now refused: %s", exc)
+                continue
             if topic.partition_index >= 0:
                 held.setdefault(topic.partitioned_topic_name, []).append(topic.partition_index)
             else:

@@ -101,9 +101,9 @@ class ConsumerCommands:
 
     async def _new_consumer(self, cmd: CommandSubscribe) -> Consumer:
         """Load the topic, get or create the subscription and attach a consumer to it. Raises NotAllowedError
-        (empty name, unknown sub type), PermissionDeniedError (no consume permission), the subscription's
-        ConsumerBusyError / ConsumerAssignError, and the
-        topic's loading errors; a reader's subscription created for a refused consumer is dropped again."""
+        (empty name, unknown sub type, ``max_subscriptions_per_topic`` reached), PermissionDeniedError (no
+        consume permission), the subscription's ConsumerBusyError / ConsumerAssignError, and the topic's loading
+        errors; a reader's subscription created for a refused consumer is dropped again."""
         if not cmd.subscription:
             raise NotAllowedError("Empty subscription name")
         try:
@@ -118,6 +118,7 @@ class ConsumerCommands:
         start = None
         if not durable and isinstance(topic, PersistentTopic) and cmd.HasField("start_message_id"):
             start = reader_start(topic.ledger, position_of(cmd.start_message_id), cmd.initialPosition)
+        service.check_subscription_limit(topic, cmd.subscription)  # before the cursor is created
         subscription = await topic.get_or_create_subscription(
             cmd.subscription, durable=durable, initial_position=cmd.initialPosition, start_position=start
         )

@@ -20,6 +20,7 @@ from quasar.broker.errors import NamespaceNotFoundError, server_error_of
 from quasar.errors import QuasarError
 from quasar.protocol import CommandType, TopicName, commands
 from quasar.protocol.enums import ServerError
+from quasar.protocol.errors import InvalidTopicNameError
 
 if TYPE_CHECKING:
     from quasar.protocol.decoder import Frame
@@ -77,12 +78,25 @@ class LookupCommands:
 
     # ------------------------------------------------------------------ lookup
     def handle_partitioned_metadata(self, frame: Frame) -> None:
-        """PARTITIONED_METADATA: the partition count (0 = not partitioned); InvalidTopicName on a bad name."""
+        """PARTITIONED_METADATA: the partition count (0 = not partitioned).
+
+        An invalid topic name is answered NotAllowedError with the name's fault in the message, not
+        InvalidTopicName as Pulsar's broker does: the official C++ client (hence the Python one) retries a
+        partition-metadata lookup that failed with InvalidTopicName until its operation timeout (its
+        ``isResultRetryable`` does not list it as final), while NotAllowed ends the create/subscribe at once;
+        the Java client treats both as final. LOOKUP, PRODUCER and SUBSCRIBE answer InvalidTopicName."""
         cmd = frame.command.partitionMetadata
         try:
             topic = TopicName.parse(cmd.topic)
             self._cnx.service.security.check_lookup(self._cnx.role, topic)
             partitions = self._cnx.service.partitions(topic)
+        except InvalidTopicNameError as exc:
+            self._cnx.write(
+                commands.new_partitioned_metadata_error(
+                    cmd.request_id, ServerError.NotAllowedError, f"InvalidTopicName: {exc}"
+                )
+            )
+            return
         except QuasarError as exc:
             code, message = _lookup_error_of(exc)
             self._cnx.write(commands.new_partitioned_metadata_error(cmd.request_id, code, message))

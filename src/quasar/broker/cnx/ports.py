@@ -139,6 +139,9 @@ class ProducerPort(CommandPort, ProducerConnection, Protocol):
     @property
     def producers(self) -> IdRegistry[Producer]: ...
 
+    def publish_started(self) -> None:
+        """One SEND was handed to its producer (counted against the pending-publish limit)."""
+
 
 class ConsumerPort(CommandPort, ConsumerConnection, Protocol):
     """The consumer family's connection: the common port, the consumers by id, and the connection as the

@@ -166,6 +166,7 @@ class ProducerCommands:
                 frame.checksum_ok,
             )
             if producer is not None:
+                self._cnx.publish_started()
                 producer.publish(
                     frame.sequence_id,
                     frame.highest_sequence_id,
@@ -187,6 +188,7 @@ class ProducerCommands:
             self._cnx.close(f"SEND with malformed message metadata: {exc}")
             return
         highest = cmd.highest_sequence_id if cmd.HasField("highest_sequence_id") else 0
+        self._cnx.publish_started()
         producer.publish(cmd.sequence_id, highest, count, data)
 
     def _accept(
