@@ -39,8 +39,14 @@ class FakeCnx:
         producer.closed = True
         self.sent.append(("CLOSE_PRODUCER", producer.producer_id, 0))
 
-    def producer_ready(self, producer: Producer, topic_epoch: int) -> None:
+    def producer_ready(self, producer: Producer, topic_epoch: int | None) -> None:
         raise AssertionError("not a waiting producer")
+
+    def refuse_producer(self, producer: Producer, error: object) -> None:
+        raise AssertionError("not a waiting producer")
+
+    def publish_completed(self) -> None:
+        """One SEND answered (the connection's pending-publish count, max_pending_publish_requests)."""
 
 
 class FakeTopic:
