@@ -29,6 +29,7 @@ _POSITIVE = (
     "dispatcher_max_read_batch_size",
     "register_name_server_period_s",
     "load_report_interval_s",
+    "broker_service_compaction_monitor_interval_in_seconds",
 )
 """Settings that must be > 0."""
 _NON_NEGATIVE = (
@@ -37,6 +38,7 @@ _NON_NEGATIVE = (
     "max_producers_per_topic",
     "max_consumers_per_topic",
     "max_consumers_per_subscription",
+    "broker_service_compaction_threshold_in_bytes",
     "gc_gen0_threshold",
     "broker_id",
 )
@@ -76,6 +78,9 @@ class BrokerConfig:
       ``backlog_quota_default_retention_policy``: defaults of the namespace/topic policies.
     - ``message_expiry_check_interval_s`` (Pulsar 5 min) / ``backlog_quota_check_interval_s`` (60 s): how
       often TTL and backlog quotas are enforced.
+    - ``broker_service_compaction_threshold_in_bytes`` (0 = off) / ``..._monitor_interval_in_seconds`` (60):
+      a topic whose backlog past its compaction horizon exceeds the threshold (the namespace policy
+      ``compactionThreshold`` wins) is compacted; checked at that interval (``quasar.broker.compaction``).
     - ``max_producers_per_topic`` / ``max_consumers_per_topic`` / ``max_consumers_per_subscription``
       (0 = unlimited): ProducerBusy / ConsumerBusy beyond them.
     - ``delayed_delivery_enabled`` / ``delayed_delivery_tick_time_ms`` (1000) /
@@ -164,6 +169,8 @@ class BrokerConfig:
     ttl_duration_default_in_seconds: int = 0
     message_expiry_check_interval_s: float = 300.0
     backlog_quota_check_interval_s: float = 60.0
+    broker_service_compaction_threshold_in_bytes: int = 0
+    broker_service_compaction_monitor_interval_in_seconds: float = 60.0
     backlog_quota_default_limit_bytes: int = -1
     backlog_quota_default_limit_second: int = -1
     backlog_quota_default_retention_policy: str = "producer_request_hold"

@@ -14,7 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
-from quasar.broker.admin import cluster_routes, topic_routes
+from quasar.broker.admin import cluster_routes, compaction_routes, topic_routes
 from quasar.broker.admin import query as query_routes
 from quasar.broker.admin.app_keys import SERVICE_KEY
 from quasar.broker.broker_service import BrokerService, TopicExistsError
@@ -409,13 +409,15 @@ def _policy_routes(topic: str) -> list[web.RouteDef]:
 def build_admin_app(service: BrokerService) -> web.Application:
     """The admin REST application for ``service``."""
     owner_only = (get_stats, get_internal_stats, get_subscriptions, get_last_message_id, delete_subscription,
-                  put_topic, query_routes.query_messages, *topic_routes.OWNER_ONLY)  # fmt: skip
+                  put_topic, query_routes.query_messages, *topic_routes.OWNER_ONLY,
+                  *compaction_routes.OWNER_ONLY)  # fmt: skip
     app = web.Application(
         middlewares=[_errors_middleware, cluster_routes.owner_redirect_middleware(owner_only)],
         client_max_size=1024 * 1024,
     )
     app[SERVICE_KEY] = service
     topic_routes.register(app)  # POST .../{topic}/terminate[/partitions] (Pulsar topic termination)
+    compaction_routes.register(app)  # PUT/GET .../{topic}/compaction, namespaces/.../compactionThreshold
     query_routes.register(app)  # GET .../{topic}/messages?key=K&from=MS&to=MS (RocketMQ queryMessage)
     topic = "/admin/v2/{domain}/{tenant}/{namespace}/{topic}"
     app.add_routes(

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from quasar.broker.cnx.ports import ConsumerPort, HandlerTable
 from quasar.broker.cnx.positions import apply_ack, key_shared_meta_of, position_of, reader_start, seek_target
+from quasar.broker.compaction.reads import check_read_compacted
 from quasar.broker.consumer import Consumer
 from quasar.broker.errors import (
     ConsumerBusyError,
@@ -111,6 +112,8 @@ class ConsumerCommands:
             raise NotAllowedError(f"unknown subscription type {cmd.subType}") from None
         service = self._cnx.service
         topic = await service.get_or_create_topic(TopicName.parse(cmd.topic))
+        if cmd.read_compacted:
+            check_read_compacted(isinstance(topic, PersistentTopic), sub_type)
         durable = cmd.durable if cmd.HasField("durable") else True
         start = None
         if not durable and isinstance(topic, PersistentTopic) and cmd.HasField("start_message_id"):
@@ -127,6 +130,8 @@ class ConsumerCommands:
                 meta = key_shared_meta_of(cmd.keySharedMeta)
             service.check_consumer_limits(topic, subscription)
             subscription.add_consumer(consumer, sub_type, meta)
+            if isinstance(subscription, Subscription):  # before the first dispatch round (call_soon)
+                subscription.read_compacted = cmd.read_compacted
         except BaseException:
             subscription.drop_if_idle()
             raise
