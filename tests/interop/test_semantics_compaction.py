@@ -109,8 +109,13 @@ def test_read_compacted_readers_and_consumers_see_the_latest_value_per_key(broke
         _compact(broker, topic)
 
         reader = client.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True)
-        compacted = _drain(reader.read_next)
+        compacted = []
+        for _ in range(10):  # the last message of the topic deletes k6: the last id answered is the view's
+            if not reader.has_message_available():
+                break
+            compacted.append(reader.read_next(5000))
         assert _as_dict(compacted) == LATEST
+        assert not reader.has_message_available()
         by_value = {m.data(): m.message_id() for m in compacted}
         a2 = by_value[b"a2"]  # the original message id, not one of the compacted ledger
         assert (a2.ledger_id(), a2.entry_id()) == (ids["a2"].ledger_id(), ids["a2"].entry_id())

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from quasar.broker.cnx.ports import ConsumerPort, HandlerTable
 from quasar.broker.cnx.positions import apply_ack, key_shared_meta_of, position_of, reader_start, seek_target
 from quasar.broker.compaction.reads import check_read_compacted
+from quasar.broker.compaction.view import compacted_last_message_id
 from quasar.broker.consumer import Consumer
 from quasar.broker.errors import (
     ConsumerBusyError,
@@ -282,6 +283,12 @@ class ConsumerCommands:
         topic = subscription.topic
         try:
             ledger_id, entry_id, batch_index = topic.last_message_id()
+            if isinstance(subscription, Subscription) and subscription.read_compacted:
+                persistent = subscription.topic
+                compacted = compacted_last_message_id(
+                    persistent.compacted_view, persistent.ledger.last_confirmed_entry
+                )
+                ledger_id, entry_id, batch_index = compacted or (ledger_id, entry_id, batch_index)
         except QuasarError as exc:
             self._reply_error(cmd.request_id, exc)
             return

@@ -26,6 +26,7 @@ from quasar.ledger.factory import ManagedLedgerFactory
 from quasar.ledger.managed_cursor import ManagedCursor
 from quasar.ledger.managed_ledger import InitialPosition, ManagedLedger
 from quasar.ledger.position import Position
+from quasar.protocol.metadata import entry_dispatch_info
 
 __all__ = [
     "COMPACTION_SUBSCRIPTION",
@@ -33,6 +34,7 @@ __all__ = [
     "VIEW_END",
     "VIEW_START",
     "CompactedView",
+    "compacted_last_message_id",
     "compacted_ledger_name",
     "load_compacted_view",
     "open_compacted_ledger",
@@ -174,3 +176,23 @@ async def view_of_cursor(
     ledger = await open_compacted_ledger(factory, topic_ledger.name)
     await ledger.open_cursor(VIEW_CURSOR, InitialPosition.EARLIEST)
     return CompactedView(ledger, properties[VIEW_START], properties[VIEW_END], cursor.mark_delete_position)
+
+
+def compacted_last_message_id(
+    view: CompactedView | None, topic_last: Position
+) -> tuple[int, int, int] | None:
+    """GET_LAST_MESSAGE_ID for a ``read_compacted`` consumer (Pulsar ``ServerCnx.handleGetLastMessageId``
+    asks the compaction service when nothing follows the horizon): when the topic's last entry
+    ``topic_last`` is at or before the view's horizon, the last message of the view as ``(ledger id, entry
+    id, batch index)`` — ``(-1, -1, -1)`` for an empty view — so a reader's ``has_message_available`` does
+    not wait for a message that compaction removed. None otherwise (the topic's last message answers)."""
+    if view is None or topic_last > view.horizon:
+        return None
+    if view.size == 0:
+        return -1, -1, -1
+    entries = view.read_slice(view.end - 1, 1)
+    if not entries:
+        return None
+    position = original_position(entries[0])
+    count = entry_dispatch_info(entries[0].data)[0]
+    return position.ledger_id, position.entry_id, (count - 1 if count > 1 else -1)
