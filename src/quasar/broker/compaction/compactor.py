@@ -51,7 +51,8 @@ log = logging.getLogger(__name__)
 SLICE_ENTRIES = 100
 """Entries read, parsed and written per slice before the loop runs other work."""
 
-_READ_BYTES = 4 << 20
+_READ_BYTES = 1 << 20
+"""Bytes read (and parsed) per slice at most (beyond one entry)."""
 
 _Latest = dict[str, tuple[Position, int]]
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from quasar.errors import QuasarError
 from quasar.ledger.entry import Entry
 from quasar.ledger.factory import ManagedLedgerFactory
 from quasar.ledger.managed_cursor import ManagedCursor
@@ -159,11 +160,16 @@ async def load_compacted_view(
     factory: ManagedLedgerFactory, topic_ledger: ManagedLedger
 ) -> CompactedView | None:
     """The view recorded in the topic's ``__compaction`` cursor, opening the compacted ledger; None when the
-    topic was never compacted. Raises the factory's ``ManagedLedgerError``s."""
+    topic was never compacted, or (logged) when the compacted ledger cannot be opened: the topic still loads
+    and ``read_compacted`` consumers read it whole until the next compaction records a view."""
     cursor = topic_ledger.cursors.get(COMPACTION_SUBSCRIPTION)
     if cursor is None:
         return None
-    return await view_of_cursor(factory, topic_ledger, cursor)
+    try:
+        return await view_of_cursor(factory, topic_ledger, cursor)
+    except QuasarError as exc:
+        log.warning("%s: its compacted view cannot be opened: %s", topic_ledger.name, exc)
+        return None
 
 
 async def view_of_cursor(
