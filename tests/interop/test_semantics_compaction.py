@@ -14,7 +14,7 @@ import pytest
 from quasar.protocol import CommandType, SubType
 from quasar.protocol.enums import ServerError
 from quasar.protocol.requests import new_subscribe
-from tests.interop.helpers import admin, new_client, new_namespace, topic_name
+from tests.interop.helpers import admin, create_partitioned, new_client, new_namespace, topic_name
 from tests.interop.test_bad_input import RawConnection
 
 pytestmark = pytest.mark.interop
@@ -205,3 +205,24 @@ def test_the_namespace_threshold_triggers_compaction(broker_factory, tmp_path):
         assert admin(broker, "GET", path) == (204, None)
     finally:
         client.close()
+
+
+def test_a_partitioned_topic_is_compacted_partition_by_partition(broker):
+    topic = topic_name("compact-parts")
+    create_partitioned(broker, topic, 2)
+    client = new_client(broker)
+    try:
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(12):
+            producer.send(b"v%d" % i, partition_key=f"k{i % 4}")
+        status, body = admin(broker, "PUT", _path(topic) + "/compaction")
+        assert status == 204, body
+        assert admin(broker, "GET", _path(topic) + "/compaction")[0] == 405  # the status is per partition
+        for i in range(2):
+            _wait_status(broker, f"{topic}-partition-{i}", "SUCCESS")
+        reader = client.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True)
+        assert _as_dict(_drain(reader.read_next)) == {"k0": b"v8", "k1": b"v9", "k2": b"v10", "k3": b"v11"}
+    finally:
+        client.close()
+    assert admin(broker, "PUT", _path(topic_name("missing")) + "/compaction")[0] == 404
+    assert admin(broker, "PUT", _path(topic_name("np", "non-persistent")) + "/compaction")[0] == 405

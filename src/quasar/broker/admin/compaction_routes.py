@@ -1,10 +1,11 @@
 """Compaction over the admin REST API (Pulsar ``PersistentTopics.compact`` / ``compactionStatus`` and
 ``Namespaces.{get,set,delete}CompactionThreshold``).
 
-- ``PUT /admin/v2/persistent/{tenant}/{namespace}/{topic}/compaction``: start compacting a loaded-or-loadable
-  topic; 204 at once, 409 while a compaction of it runs, 404 for an unknown topic, 405 for the base name
-  of a partitioned topic or a non-persistent topic (Pulsar compacts partitions one by one).
-- ``GET`` the same path: ``{"status": "NOT_RUN"|"RUNNING"|"SUCCESS"|"ERROR", "lastError": ""}``.
+- ``PUT /admin/v2/persistent/{tenant}/{namespace}/{topic}/compaction``: start compacting the topic (every
+  partition of a partitioned topic); 204 at once, 409 while a compaction of it runs, 404 for an unknown
+  topic, 405 for a non-persistent topic.
+- ``GET`` the same path: ``{"status": "NOT_RUN"|"RUNNING"|"SUCCESS"|"ERROR", "lastError": ""}`` (per topic or
+  partition: 405 for the base name of a partitioned topic).
 - ``GET/PUT/DELETE /admin/v2/namespaces/{tenant}/{namespace}/compactionThreshold``: the namespace policy in
   bytes (PUT body: a JSON integer >= 0, else 412; GET answers the integer, or 204 when unset).
 """
@@ -36,47 +37,53 @@ def _reason(status: int, reason: str) -> web.Response:
 
 
 def _compaction(request: web.Request) -> CompactionService:
-    compaction = request.app[SERVICE_KEY].compaction
-    if compaction is None:
-        raise web.HTTPServiceUnavailable(
-            text=json.dumps({"reason": "compaction is not running on this broker"}),
-            content_type="application/json",
-        )
-    compaction_service: CompactionService = compaction
-    return compaction_service
+    return request.app[SERVICE_KEY].compaction
 
 
-async def _topic(request: web.Request) -> PersistentTopic | web.Response:
+def _name(request: web.Request) -> TopicName | web.Response:
     info = request.match_info
     if info["domain"] != "persistent":
         return _reason(405, "Compaction is only supported for persistent topics")
-    name = TopicName.parse(f"persistent://{info['tenant']}/{info['namespace']}/{info['topic']}")
-    service = request.app[SERVICE_KEY]
-    if service.partitions(name) > 0:
-        return _reason(405, "Compaction of a partitioned topic is done partition by partition")
-    topic = await service.get_or_create_topic(name, create=False)
+    return TopicName.parse(f"persistent://{info['tenant']}/{info['namespace']}/{info['topic']}")
+
+
+async def _load(request: web.Request, name: TopicName) -> PersistentTopic:
+    topic = await request.app[SERVICE_KEY].get_or_create_topic(name, create=False)
     if not isinstance(topic, PersistentTopic):
         raise TopicNotFoundError(f"Topic {name.full_name} is not persistent")
     return topic
 
 
 async def put_compaction(request: web.Request) -> web.Response:
-    """PUT {topic}/compaction: trigger a compaction (module docstring)."""
-    topic = await _topic(request)
-    if isinstance(topic, web.Response):
-        return topic
+    """PUT {topic}/compaction: trigger a compaction; of every partition for a partitioned topic (Pulsar
+    ``internalTriggerCompaction``), 409 before starting any when one of them is running."""
+    name = _name(request)
+    if isinstance(name, web.Response):
+        return name
+    partitions = request.app[SERVICE_KEY].partitions(name)
+    names = [TopicName.parse(f"{name.full_name}-partition-{i}") for i in range(partitions)] or [name]
+    topics = [await _load(request, n) for n in names]
+    compaction = _compaction(request)
     try:
-        _compaction(request).trigger(topic)
+        for topic in topics:
+            if compaction.running(topic.name):
+                raise CompactionInProgressError(f"Compaction already in progress on {topic.name.full_name}")
+        for topic in topics:
+            compaction.trigger(topic)
     except CompactionInProgressError as exc:
         return _reason(409, str(exc))
     return web.Response(status=204)
 
 
 async def get_compaction(request: web.Request) -> web.Response:
-    """GET {topic}/compaction: the status of the last compaction on this broker."""
-    topic = await _topic(request)
-    if isinstance(topic, web.Response):
-        return topic
+    """GET {topic}/compaction: the status of the last compaction on this broker (of one topic or partition:
+    405 for the base name of a partitioned topic)."""
+    name = _name(request)
+    if isinstance(name, web.Response):
+        return name
+    if request.app[SERVICE_KEY].partitions(name) > 0:
+        return _reason(405, "The compaction status is kept per partition")
+    topic = await _load(request, name)
     return web.json_response(_compaction(request).status(topic.name))
 
 
