@@ -286,6 +286,9 @@ class BrokerApp:
         )
         service.security = build_broker_security(config, service.resources)
         await service.bootstrap()
+        service.compaction.threshold_bytes = config.broker_service_compaction_threshold_in_bytes
+        service.compaction.monitor_interval_s = config.broker_service_compaction_monitor_interval_in_seconds
+        service.compaction.start()
         self._policy_task = asyncio.create_task(self._policy_loop(service), name="broker-policy-checks")
         self.service = service
         log.info("storage opened in %.1f ms", (time.monotonic() - started) * 1000)

@@ -22,6 +22,8 @@ from typing import Any
 from quasar.broker.auth import NO_SECURITY, BrokerSecurity
 from quasar.broker.cluster.model import LookupAnswer, LookupKind, UnknownListenerError
 from quasar.broker.cluster.ownership import ClusterOwnership
+from quasar.broker.compaction.service import COMPACTION_THRESHOLD, CompactionService
+from quasar.broker.compaction.view import load_compacted_view
 from quasar.broker.errors import (
     BrokerError,
     ConsumerBusyError,
@@ -125,6 +127,11 @@ class BrokerService:
         self.resources.on_policies_changed = self._refresh_policies
         self.security: BrokerSecurity = NO_SECURITY
         """Authentication and authorization (``quasar.broker.auth``); set by the composition root."""
+        self.compaction = CompactionService(
+            factory, self.topics, lambda namespace: self.namespace_policy(namespace, COMPACTION_THRESHOLD)
+        )
+        """Topic compaction (``compaction.service``); the composition root sets its broker.conf threshold and
+        starts its monitor."""
         self.ownership: ClusterOwnership | None = None
         """Set by the composition root of a cluster member (``quasar broker``); None: standalone, this broker
         serves every topic."""
@@ -165,6 +172,7 @@ class BrokerService:
         Idempotent."""
         if self._policy_refresh is not None:
             self._policy_refresh.cancel()
+        await self.compaction.close()
         pending = list(self._loading.values())
         for task in pending:
             task.cancel()
@@ -370,6 +378,7 @@ class BrokerService:
             dedup_max_producers=self._dedup_max_producers,
         )
         self._apply_sync_policies(loaded)
+        loaded.compacted_view = await load_compacted_view(self.factory, ledger)
         if self.deduplication_enabled(topic):
             await loaded.dedup.enable()
         self.topics[topic.full_name] = loaded

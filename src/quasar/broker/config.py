@@ -33,6 +33,7 @@ _POSITIVE = (
     "load_report_interval_s",
     "max_pending_publish_requests_per_connection",
     "http_max_request_size",
+    "broker_service_compaction_monitor_interval_in_seconds",
 )
 """Settings that must be > 0."""
 _NON_NEGATIVE = (
@@ -41,6 +42,7 @@ _NON_NEGATIVE = (
     "max_producers_per_topic",
     "max_consumers_per_topic",
     "max_consumers_per_subscription",
+    "broker_service_compaction_threshold_in_bytes",
     "gc_gen0_threshold",
     "broker_id",
     "broker_max_connections",
@@ -85,6 +87,9 @@ class BrokerConfig:
       ``backlog_quota_default_retention_policy``: defaults of the namespace/topic policies.
     - ``message_expiry_check_interval_s`` (Pulsar 5 min) / ``backlog_quota_check_interval_s`` (60 s): how
       often TTL and backlog quotas are enforced.
+    - ``broker_service_compaction_threshold_in_bytes`` (0 = off) / ``..._monitor_interval_in_seconds`` (60):
+      a topic whose backlog past its compaction horizon exceeds the threshold (the namespace policy
+      ``compactionThreshold`` wins) is compacted; checked at that interval (``quasar.broker.compaction``).
     - ``max_producers_per_topic`` / ``max_consumers_per_topic`` / ``max_consumers_per_subscription``
       (10,000 each; Pulsar 0 = unlimited, which 0 still means): ProducerBusy "Topic reached max producers
       limit" / ConsumerBusy "Topic reached max consumers limit" / "Subscription reached max consumers limit".
@@ -194,6 +199,8 @@ class BrokerConfig:
     ttl_duration_default_in_seconds: int = 0
     message_expiry_check_interval_s: float = 300.0
     backlog_quota_check_interval_s: float = 60.0
+    broker_service_compaction_threshold_in_bytes: int = 0
+    broker_service_compaction_monitor_interval_in_seconds: float = 60.0
     backlog_quota_default_limit_bytes: int = -1
     backlog_quota_default_limit_second: int = -1
     backlog_quota_default_retention_policy: str = "producer_request_hold"

@@ -105,6 +105,15 @@ class DispatchSource(Protocol):
 
     def read_redeliveries(self, budget: int) -> list[Entry]: ...
 
+    def read_new(self, budget: int) -> list[Entry]:
+        """Up to ``budget`` new entries from the read position (the compacted view first when reading
+        compacted), moving the read position past them."""
+        ...
+
+    def unread(self, position: Position) -> None:
+        """Put the read position back to ``position`` (read by ``read_new``, not sent)."""
+        ...
+
     def rewind_delivery(self) -> None:
         """Forget every delivery in flight and rewind the cursor to the first unacknowledged entry."""
         ...
@@ -205,12 +214,12 @@ def _read_and_send(
     ``send``, and put the cursor back before the first entry ``send`` could not place. True when every entry
     read went out (more may follow now)."""
     from_cursor = not sub.replay_positions
-    entries = sub.cursor.read_entries(budget) if from_cursor else sub.read_redeliveries(budget)
+    entries = sub.read_new(budget) if from_cursor else sub.read_redeliveries(budget)
     if not entries:
         return not from_cursor and bool(sub.replay_positions)
     unsent = send(entries, ready)
     if unsent is not None and from_cursor:
-        sub.cursor.seek(entries[unsent].position)
+        sub.unread(entries[unsent].position)
     return unsent is None
 
 

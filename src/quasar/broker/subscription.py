@@ -25,6 +25,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from quasar.broker.compaction.reads import CompactedReads
+from quasar.broker.compaction.view import CompactedView
 from quasar.broker.consumer import Consumer, ConsumerTopic
 from quasar.broker.dispatchers import Dispatcher, MultipleConsumersDispatcher, SingleActiveConsumerDispatcher
 from quasar.broker.errors import ConsumerBusyError
@@ -87,6 +89,11 @@ class SubscriptionTopic(ConsumerTopic, Protocol):
         """First entry published at or after ``publish_time_ms`` (the position after the last when none)."""
         ...
 
+    @property
+    def compacted_view(self) -> CompactedView | None:
+        """The topic's compacted view (``compaction.view``), None before its first compaction."""
+        ...
+
 
 class Subscription:
     """A named subscription on a persistent topic, backed by a managed cursor.
@@ -127,6 +134,10 @@ class Subscription:
         self.max_unacked_messages_per_subscription = options.max_unacked_messages_per_subscription
         self.unacked_messages = 0  # over every consumer, kept by deliver / _forget / redeliveries
         self.blocked_on_unacked = False
+        self.read_compacted = (
+            False  # consumers read the compacted view up to its horizon (Exclusive/Failover)
+        )
+        self._compacted = CompactedReads()
 
     @property
     def sub_type(self) -> SubType | None:
@@ -205,6 +216,7 @@ class Subscription:
             if dispatcher is not None:
                 dispatcher.close()  # delayed entries are read (and tracked) again after the rewind
             self.cursor.rewind()
+            self._compacted.reset()
         self._update_blocked()
         if dispatcher is not None:
             dispatcher.consumers_changed()
@@ -219,6 +231,7 @@ class Subscription:
         self._pending.clear()
         self.replay_positions.clear()
         self.cursor.rewind()
+        self._compacted.reset()
 
     def close_consumers(self) -> None:
         """Disconnect every consumer (broker-initiated CLOSE_CONSUMER); clients reconnect by themselves."""
@@ -418,6 +431,23 @@ class Subscription:
         self.replay_positions.update(p for p in positions if not self.cursor.is_acked(p))
         self.schedule_dispatch()
 
+    def read_new(self, budget: int) -> list[Entry]:
+        """Up to ``budget`` new entries from the read position: from the compacted view up to its horizon
+        when ``read_compacted`` (``compaction.reads``), else (and then) from the cursor."""
+        view = self.topic.compacted_view if self.read_compacted else None
+        if view is not None:
+            entries = self._compacted.read(view, self.cursor, budget)
+            if entries is not None:
+                if not entries:  # only acknowledged entries so far: go on in the next round
+                    self.schedule_dispatch()
+                return entries
+        return self.cursor.read_entries(budget)
+
+    def unread(self, position: Position) -> None:
+        """``position`` and what :meth:`read_new` returned after it were not sent: read them again next."""
+        view = self.topic.compacted_view if self.read_compacted else None
+        self._compacted.unread(view, self.cursor, position)
+
     def read_redeliveries(self, budget: int) -> list[Entry]:
         """Up to ``budget`` entries of the replay set, in position order (acknowledged and trimmed positions
         leave the set)."""
@@ -428,7 +458,10 @@ class Subscription:
             if self.cursor.is_acked(position):
                 self.replay_positions.discard(position)
                 continue
-            entry = self.topic.ledger.get_entry(position)
+            view = self.topic.compacted_view if self.read_compacted else None
+            entry = view.get(position) if view is not None else None
+            if entry is None:
+                entry = self.topic.ledger.get_entry(position)
             if entry is None:  # trimmed away
                 self.replay_positions.discard(position)
                 continue

@@ -10,6 +10,7 @@ import logging
 import time
 
 from quasar.broker.access_modes import ProducerAccess
+from quasar.broker.compaction.view import COMPACTION_SUBSCRIPTION, CompactedView
 from quasar.broker.dedup import DEDUP_CURSOR_NAME, MessageDeduplication
 from quasar.broker.dispatchers import entry_num_messages
 from quasar.broker.errors import BacklogQuotaExceededError, NotAllowedError, TopicTerminatedError
@@ -58,11 +59,12 @@ class PersistentTopic:
         self.message_ttl_s = 0  # effective message TTL policy (0 = off)
         self.backlog_quota = BacklogQuota()  # effective backlog quota
         self.backlog_blocked: str | None = None  # the producer policy in force while the quota is exceeded
+        self.compacted_view: CompactedView | None = None  # set by the compactor / at load (compaction.view)
         self.dedup = MessageDeduplication(
             ledger, entries_interval=dedup_entries_interval, max_producers=dedup_max_producers
         )
         for cursor_name, cursor in ledger.cursors.items():
-            if cursor_name == DEDUP_CURSOR_NAME:
+            if cursor_name in (DEDUP_CURSOR_NAME, COMPACTION_SUBSCRIPTION):
                 continue
             self.subscriptions[cursor_name] = Subscription(
                 self, cursor_name, cursor, durable=True, options=self._subscription_options
@@ -149,7 +151,7 @@ class PersistentTopic:
         subscription = self.subscriptions.get(name)
         if subscription is not None:
             return subscription
-        if name == DEDUP_CURSOR_NAME:
+        if name in (DEDUP_CURSOR_NAME, COMPACTION_SUBSCRIPTION):
             raise NotAllowedError(f"subscription name {name} is reserved by the broker")
         if durable:
             cursor = await self.ledger.open_cursor(

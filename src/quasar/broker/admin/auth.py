@@ -80,6 +80,12 @@ ROUTE_REQUIREMENTS = MappingProxyType(
         ("DELETE", _TOPIC + "/subscription/{subscription}"): _R.TOPIC_CONSUME,
         ("POST", _TOPIC + "/terminate"): _R.TENANT_ADMIN,
         ("POST", _TOPIC + "/terminate/partitions"): _R.TENANT_ADMIN,
+        ("PUT", _TOPIC + "/compaction"): _R.TENANT_ADMIN,
+        ("GET", _TOPIC + "/compaction"): _R.TENANT_ADMIN,
+        **{
+            (method, _NS + "/compactionThreshold"): _R.TENANT_ADMIN
+            for method in ("GET", "PUT", "POST", "DELETE")
+        },
         **{
             (method, path): _R.TENANT_ADMIN
             for path in (

@@ -15,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
-from quasar.broker.admin import cluster_routes, permission_routes, topic_routes
+from quasar.broker.admin import cluster_routes, compaction_routes, permission_routes, topic_routes
 from quasar.broker.admin import query as query_routes
 from quasar.broker.admin.app_keys import SERVICE_KEY
 from quasar.broker.admin.auth import auth_middleware
@@ -416,7 +416,8 @@ def build_admin_app(service: BrokerService, *, max_request_size: int = 10 * 1024
     (``admin.auth``); request bodies past ``max_request_size`` bytes (``http_max_request_size``) are refused
     with 413 before they are buffered whole."""
     owner_only = (get_stats, get_internal_stats, get_subscriptions, get_last_message_id, delete_subscription,
-                  put_topic, query_routes.query_messages, *topic_routes.OWNER_ONLY)  # fmt: skip
+                  put_topic, query_routes.query_messages, *topic_routes.OWNER_ONLY,
+                  *compaction_routes.OWNER_ONLY)  # fmt: skip
     app = web.Application(
         middlewares=[
             auth_middleware(service.security),
@@ -428,6 +429,7 @@ def build_admin_app(service: BrokerService, *, max_request_size: int = 10 * 1024
     app[SERVICE_KEY] = service
     permission_routes.register(app)  # grants: before the {topic} templates
     topic_routes.register(app)  # POST .../{topic}/terminate[/partitions] (Pulsar topic termination)
+    compaction_routes.register(app)  # PUT/GET .../{topic}/compaction, namespaces/.../compactionThreshold
     query_routes.register(app)  # GET .../{topic}/messages?key=K&from=MS&to=MS (RocketMQ queryMessage)
     topic = "/admin/v2/{domain}/{tenant}/{namespace}/{topic}"
     app.add_routes(

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 from quasar.broker.cnx.ports import ConsumerPort, HandlerTable
 from quasar.broker.cnx.positions import apply_ack, key_shared_meta_of, position_of, reader_start, seek_target
+from quasar.broker.compaction.reads import check_read_compacted
+from quasar.broker.compaction.view import compacted_last_message_id
 from quasar.broker.consumer import Consumer
 from quasar.broker.errors import (
     ConsumerBusyError,
@@ -114,6 +116,8 @@ class ConsumerCommands:
         name = TopicName.parse(cmd.topic)
         service.security.check_consume(self._cnx.role, name, cmd.subscription)
         topic = await service.get_or_create_topic(name)
+        if cmd.read_compacted:
+            check_read_compacted(isinstance(topic, PersistentTopic), sub_type)
         durable = cmd.durable if cmd.HasField("durable") else True
         start = None
         if not durable and isinstance(topic, PersistentTopic) and cmd.HasField("start_message_id"):
@@ -131,6 +135,8 @@ class ConsumerCommands:
                 meta = key_shared_meta_of(cmd.keySharedMeta)
             service.check_consumer_limits(topic, subscription)
             subscription.add_consumer(consumer, sub_type, meta)
+            if isinstance(subscription, Subscription):  # before the first dispatch round (call_soon)
+                subscription.read_compacted = cmd.read_compacted
         except BaseException:
             subscription.drop_if_idle()
             raise
@@ -281,6 +287,12 @@ class ConsumerCommands:
         topic = subscription.topic
         try:
             ledger_id, entry_id, batch_index = topic.last_message_id()
+            if isinstance(subscription, Subscription) and subscription.read_compacted:
+                persistent = subscription.topic
+                compacted = compacted_last_message_id(
+                    persistent.compacted_view, persistent.ledger.last_confirmed_entry
+                )
+                ledger_id, entry_id, batch_index = compacted or (ledger_id, entry_id, batch_index)
         except QuasarError as exc:
             self._reply_error(cmd.request_id, exc)
             return
