@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from quasar.broker.cluster.model import parse_advertised_listeners
+from quasar.security import TlsSettings
 
 DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024  # bytes; Pulsar's maxMessageSize default
 
@@ -106,6 +107,16 @@ class BrokerConfig:
       ``min_in_sync_replicas`` (1), ``enable_auto_in_sync_replicas`` (false): CommitLog#handleHA's
       needAckNums; ``enable_elect_unclean_master`` (false: only an in-sync slave may be elected);
       ``state_snapshot_interval_s`` (600): how often the full ledger/cursor state is journaled again.
+    - TLS (Pulsar's names; ``quasar.security.tls``, README "TLS"): ``broker_service_port_tls`` (None = no
+      ``pulsar+ssl://`` listener; Pulsar's convention 6651; 0 = a free port) and ``web_service_port_tls``
+      (None = no ``https://`` admin listener; 8443 by convention; 0 = a free port), on ``host``;
+      ``tls_certificate_file_path`` / ``tls_key_file_path`` (PEM certificate chain and key, required with a
+      TLS port), ``tls_trust_certs_file_path`` (PEM CA bundle for client certificates; "" = none),
+      ``tls_allow_insecure_connection`` (false), ``tls_require_trusted_client_cert_on_connect`` (false),
+      ``tls_protocols`` (e.g. ``["TLSv1.3", "TLSv1.2"]``; empty = OpenSSL's defaults), ``tls_ciphers``
+      (OpenSSL names for TLS <= 1.2; empty = defaults), ``tls_cert_refresh_check_duration_sec`` (300: how
+      often the files are checked and reloaded when changed). A list may also be given as one
+      comma-separated string (as in broker.conf).
     """
 
     host: str = "127.0.0.1"
@@ -195,6 +206,17 @@ class BrokerConfig:
     enable_auto_in_sync_replicas: bool = False
     enable_elect_unclean_master: bool = False
     state_snapshot_interval_s: float = 600.0
+    # TLS (Pulsar's broker.conf names; quasar.security.tls; README "TLS")
+    broker_service_port_tls: int | None = None
+    web_service_port_tls: int | None = None
+    tls_certificate_file_path: str = ""
+    tls_key_file_path: str = ""
+    tls_trust_certs_file_path: str = ""
+    tls_allow_insecure_connection: bool = False
+    tls_require_trusted_client_cert_on_connect: bool = False
+    tls_protocols: tuple[str, ...] = ()
+    tls_ciphers: tuple[str, ...] = ()
+    tls_cert_refresh_check_duration_sec: float = 300.0
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535 or not 0 <= self.admin_port <= 65535:
@@ -232,6 +254,45 @@ class BrokerConfig:
         if self.broker_id and not self.broker_name:
             raise ValueError("broker_id needs broker_name (the broker group it belongs to)")
         self._check_replication()
+        self._check_tls()
+
+    def _check_tls(self) -> None:
+        for name in ("tls_protocols", "tls_ciphers"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                value = [part.strip() for part in value.split(",") if part.strip()]
+            if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+                raise ValueError(f"{name} must be a list of strings, got {value!r}")
+            object.__setattr__(self, name, tuple(value))
+        for name in ("broker_service_port_tls", "web_service_port_tls"):
+            port = getattr(self, name)
+            if port is not None and (
+                isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535
+            ):
+                raise ValueError(f"{name} must be None (off) or a port in 0..65535, got {port!r}")
+        if self.tls_cert_refresh_check_duration_sec <= 0:
+            raise ValueError(
+                f"tls_cert_refresh_check_duration_sec must be positive, got {self.tls_cert_refresh_check_duration_sec}"
+            )
+        if self.tls_enabled:
+            self.tls_settings()  # TlsConfigError (a ValueError) names what is missing or wrong
+
+    @property
+    def tls_enabled(self) -> bool:
+        """True when a TLS listener is configured (``broker_service_port_tls`` or ``web_service_port_tls``)."""
+        return self.broker_service_port_tls is not None or self.web_service_port_tls is not None
+
+    def tls_settings(self) -> TlsSettings:
+        """The TLS settings of both TLS listeners; raises TlsConfigError (e.g. no certificate path)."""
+        return TlsSettings(
+            certificate_file_path=self.tls_certificate_file_path,
+            key_file_path=self.tls_key_file_path,
+            trust_certs_file_path=self.tls_trust_certs_file_path,
+            allow_insecure_connection=self.tls_allow_insecure_connection,
+            require_trusted_client_cert_on_connect=self.tls_require_trusted_client_cert_on_connect,
+            protocols=self.tls_protocols,
+            ciphers=self.tls_ciphers,
+        )
 
     def _check_replication(self) -> None:
         if self.broker_role not in ("", "ASYNC_MASTER", "SYNC_MASTER", "SLAVE"):

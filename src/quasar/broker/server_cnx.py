@@ -43,6 +43,7 @@ from quasar.protocol import NEED_DATA, CommandType, FrameDecoder, commands
 from quasar.protocol.enums import MAX_PROTOCOL_VERSION, ServerError
 from quasar.protocol.errors import ProtocolError
 from quasar.protocol.frame import MESSAGE_SIZE_FRAME_PADDING
+from quasar.security import peer_certificate_der
 
 if TYPE_CHECKING:
     from quasar.broker.broker_service import BrokerService
@@ -73,6 +74,9 @@ class ServerCnx(asyncio.Protocol):
         self._decoder = FrameDecoder(max_frame_size=config.max_message_size + MESSAGE_SIZE_FRAME_PADDING)
         self.transport: asyncio.Transport | None = None
         self.remote_address = ""
+        # DER of the client certificate the TLS handshake verified (for TLS authentication); None on the
+        # plain listener or when the client gave none
+        self.peer_certificate_der: bytes | None = None
         self.connected = False  # CONNECT received and answered
         self.client_version = ""
         self.protocol_version = 0
@@ -104,6 +108,7 @@ class ServerCnx(asyncio.Protocol):
         self.transport = tcp = cast(asyncio.Transport, transport)
         peer = tcp.get_extra_info("peername")
         self.remote_address = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.peer_certificate_der = peer_certificate_der(tcp.get_extra_info("ssl_object"))
         sock = tcp.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
