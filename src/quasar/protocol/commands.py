@@ -35,6 +35,7 @@ from .proto.PulsarApi_pb2 import (
 )
 from .requests import (
     new_ack,
+    new_auth_response,
     new_connect,
     new_consumer_stats,
     new_flow,
@@ -61,6 +62,7 @@ __all__ = [
     "new_ack",
     "new_ack_response",
     "new_active_consumer_change",
+    "new_auth_response",
     "new_close_consumer",
     "new_close_producer",
     "new_connect",

@@ -30,6 +30,7 @@ from .proto.PulsarApi_pb2 import (
 
 __all__ = [
     "new_ack",
+    "new_auth_response",
     "new_connect",
     "new_consumer_stats",
     "new_flow",
@@ -72,6 +73,26 @@ def new_connect(
     flags = body.feature_flags
     flags.supports_auth_refresh = supports_auth_refresh
     flags.supports_broker_entry_metadata = supports_broker_entry_metadata
+    return encode_command(cmd)
+
+
+@builder
+def new_auth_response(
+    client_version: str,
+    auth_method_name: str,
+    auth_data: bytes | None,
+    protocol_version: int = MAX_PROTOCOL_VERSION,
+) -> bytes:
+    """AUTH_RESPONSE, the client's answer to an AUTH_CHALLENGE (C++ ``Commands::newAuthResponse``):
+    ``client_version``, ``response{auth_method_name, auth_data}`` (``auth_data`` left out when None: a method
+    without command data) and ``protocol_version``."""
+    cmd = BaseCommand(type=BaseCommand.AUTH_RESPONSE)
+    body = cmd.authResponse
+    body.client_version = client_version
+    body.response.auth_method_name = auth_method_name
+    if auth_data is not None:
+        body.response.auth_data = auth_data
+    body.protocol_version = protocol_version
     return encode_command(cmd)
 
 
