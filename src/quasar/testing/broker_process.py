@@ -5,9 +5,10 @@ the readiness line the broker prints on stdout once both listeners are bound::
 
     quasar standalone ready: pulsar://HOST:PORT http://HOST:ADMIN_PORT [tls=pulsar+ssl://H:P] [https=https://H:P]
 
-and takes the service URL and admin URL from it (and the TLS URLs, when the broker serves TLS). Teardown follows the nats-server test harness: SIGTERM, wait,
-then SIGKILL if the broker has not exited. stdout and stderr go to files (one pair per start, numbered, in
-``log_dir``) so a failing test can show the broker's log and restarts do not overwrite the previous run's.
+and takes the service URL and admin URL from it (and the TLS URLs, when the broker serves TLS). Teardown
+follows the nats-server test harness: SIGTERM, wait, then SIGKILL if the broker has not exited. stdout and
+stderr go to files (one pair per start, numbered, in ``log_dir``) so a failing test can show the broker's log
+and restarts do not overwrite the previous run's.
 
 The lifecycle is :class:`~quasar.testing.subprocess_harness.SubprocessHarness`'s, shared with the name server
 and ``cluster up`` harnesses.
