@@ -250,3 +250,26 @@ async def test_peer_certificate_reaches_server_cnx_and_the_admin_helper(pki: Pki
                 assert (await response.json())["der"] is None
     finally:
         await runner.cleanup()
+
+
+def test_cluster_members_register_and_answer_their_tls_urls():
+    from quasar.broker.cluster.model import BrokerInfo, LookupKind
+    from quasar.broker.cluster.ownership import ClusterOwnership
+
+    info = BrokerInfo(
+        cluster="c",
+        group="g",
+        broker_id=0,
+        service_url="pulsar://h:6650",
+        web_service_url="http://h:8080",
+        service_url_tls="pulsar+ssl://h:6651",
+        web_service_url_tls="https://h:8443",
+    )
+    assert BrokerInfo.from_json(info.to_json()) == info
+    assert info.to_json()["webServiceUrlTls"] == "https://h:8443"
+    answer = ClusterOwnership._answer(info, "", LookupKind.REDIRECT, authoritative=True)
+    assert (answer.service_url_tls, answer.web_service_url_tls) == ("pulsar+ssl://h:6651", "https://h:8443")
+    old = {
+        k: v for k, v in info.to_json().items() if k != "webServiceUrlTls"
+    }  # registered by an older broker
+    assert BrokerInfo.from_json(old).web_service_url_tls == ""
