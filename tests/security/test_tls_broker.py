@@ -26,7 +26,7 @@ from quasar.testing.subprocess_harness import QUASAR_COMMAND
 
 from .conftest import Pki, TlsBrokerFactory
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.interop, pytest.mark.timeout(180)]
 
 
 def _official(url: str, **kwargs: object) -> pulsar.Client:
