@@ -237,3 +237,22 @@ def test_authentication_from_java_plugin_names_and_params(tmp_path: Path):
         authentication_from_params("com.example.Kerberos", "")
     with pytest.raises(ValueError, match="userId and password"):
         authentication_from_params("basic", '{"userId": "u"}')
+
+
+async def test_auth_challenge_for_basic_and_tls_methods(tmp_path: Path):
+    for authentication, expected in (
+        (AuthenticationBasic("alice", "pw"), b"alice:pw"),
+        (
+            AuthenticationTLS(tmp_path / "c.pem", tmp_path / "k.pem"),
+            b"",
+        ),  # empty: the identity is the certificate
+    ):
+        broker = await AuthBroker().start()
+        async with AsyncClient(broker.url, authentication=authentication) as client:
+            await client.get_topic_partitions("persistent://public/default/t")
+            broker.writers[0].write(auth_challenge(authentication.method_name))
+            (response,) = await broker.wait_for(CommandType.AUTH_RESPONSE)
+            data = response.command.authResponse.response  # type: ignore[attr-defined]
+            assert data.auth_method_name == authentication.method_name
+            assert data.HasField("auth_data") and data.auth_data == expected
+        await broker.close()
