@@ -135,6 +135,33 @@ async def test_listener_name_picks_the_listener_url(server: NameServer, registry
         await other.aclose()
 
 
+async def test_tls_lookups_answer_the_tls_urls(server: NameServer, registry) -> None:
+    listeners = {"internal": {"pulsar": "pulsar://10.1.2.3:6650", "pulsar+ssl": "pulsar+ssl://10.1.2.3:6651"}}
+    tls_url = "pulsar+ssl://127.0.0.1:7443"
+    await registry(ident("broker-a", 7001, service_url_tls=tls_url, listeners=listeners), {U: config()})
+    await registry(ident("broker-b", 7101), {T: config()})  # a group without a TLS listener
+    assert parse_nameserver_url(f"nameserver+ssl://{server.address}") == parse_nameserver_url(
+        f"nameserver://{server.address}"
+    )
+    assert is_nameserver_url("nameserver+ssl://a:1")
+    plain = lookup_service(f"nameserver://{server.address}")
+    tls = lookup_service(f"nameserver://{server.address}", use_tls=True)
+    tls_listener = lookup_service(f"nameserver://{server.address}", use_tls=True, listener_name="internal")
+    try:
+        assert await plain.lookup(U) == ("127.0.0.1", 7001)
+        assert await tls.lookup(U) == ("127.0.0.1", 7443)
+        assert await tls_listener.lookup(U) == ("10.1.2.3", 6651)
+        with pytest.raises(LookupError_, match="no pulsar\\+ssl:// URL"):
+            await tls.lookup(T)
+    finally:
+        for service in (plain, tls, tls_listener):
+            await service.aclose()
+    # a nameserver+ssl:// service URL turns TLS on for the whole client
+    client = AsyncClient(f"nameserver+ssl://{server.address}")
+    assert client.config.use_tls and client.pool.ssl_context is not None
+    await client.close()
+
+
 async def test_a_down_name_server_is_skipped(server: NameServer, registry) -> None:
     await registry(ident("broker-a", 7001), {U: config()})
     lookups = lookup_service(f"nameserver://127.0.0.1:{free_port()};{server.address}")

@@ -3,7 +3,9 @@
 This is the one broker module that imports ``quasar.storage`` (DESIGN.md): it builds the MessageStore and
 picks the metadata backend (the sqlite ``MetadataStore`` at ``<data_dir>/metadata.db``, upgraded from the
 previous release's layout by ``metadata_migration``), hands both to the managed-ledger factory, and serves the
-Pulsar binary protocol and the admin REST API on one event loop, watched by a loop-lag monitor.
+Pulsar binary protocol and the admin REST API on one event loop, watched by a loop-lag monitor. With
+``broker_service_port_tls`` / ``web_service_port_tls`` set it also serves both over TLS (TLS from the first
+byte, the same ServerCnx and admin app), through ``TlsListeners``, which owns the certificate check task.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from quasar.broker.policies import BacklogQuota, PolicyDefaults
 from quasar.broker.replication_port import ReplicationPort
 from quasar.broker.server_cnx import ServerCnx
 from quasar.broker.subscription import SubscriptionOptions
+from quasar.broker.tls_listeners import TlsListeners
 from quasar.ledger.config import ManagedLedgerConfig
 from quasar.ledger.factory import ManagedLedgerFactory
 from quasar.metadata import MetadataStore
@@ -149,6 +152,7 @@ class BrokerApp:
         self.loop_lag = LoopLagMonitor()
         self.port = 0
         self.admin_port = 0
+        self.tls: TlsListeners | None = None  # the TLS listeners, when configured
 
     async def _policy_loop(self, service: BrokerService) -> None:
         """Owned task: message TTL every ``message_expiry_check_interval_s``, backlog quotas every
@@ -192,6 +196,26 @@ class BrokerApp:
     def web_service_url(self) -> str:
         return f"http://{self.advertised_address}:{self.admin_port}"
 
+    @property
+    def service_url_tls(self) -> str:
+        """This broker's ``pulsar+ssl://`` URL (the internal listener's when it has one); "" without
+        ``broker_service_port_tls``."""
+        config = self.config
+        if config.internal_listener_name:
+            url = parse_advertised_listeners(config.advertised_listeners)[config.internal_listener_name]
+            if "pulsar+ssl" in url:
+                return url["pulsar+ssl"]
+        if config.broker_service_port_tls is None:
+            return ""
+        return f"pulsar+ssl://{self.advertised_address}:{self.tls.port if self.tls else 0}"
+
+    @property
+    def web_service_url_tls(self) -> str:
+        """This broker's ``https://`` admin URL; "" without ``web_service_port_tls``."""
+        if self.config.web_service_port_tls is None:
+            return ""
+        return f"https://{self.advertised_address}:{self.tls.admin_port if self.tls else 0}"
+
     def broker_info(self) -> BrokerInfo:
         """What this broker registers in the cluster (its group, id and URLs)."""
         config = self.config
@@ -201,6 +225,8 @@ class BrokerApp:
             broker_id=config.broker_id,
             service_url=self.service_url,
             web_service_url=self.web_service_url,
+            service_url_tls=self.service_url_tls,
+            web_service_url_tls=self.web_service_url_tls,
             listeners=parse_advertised_listeners(config.advertised_listeners),
             role="slave" if self.replication is not None else "",
             ha_address=self.replication.ha_address if self.replication is not None else "",
@@ -219,8 +245,11 @@ class BrokerApp:
     async def start(self) -> None:
         """Open (and recover) the store in an executor, start flush/reput/clean services and the ledger
         factory, then bind the Pulsar listener and the admin API (port 0 = a free port; ``port``/``admin_port``
-        hold the bound ones). Raises OSError when a port cannot be bound, StorageError when the store cannot load."""
+        hold the bound ones), and the TLS listeners when configured (``tls.port``/``tls.admin_port``). Raises
+        TlsConfigError when a certificate, key or trust file cannot be used (checked first), OSError when a port
+        cannot be bound, StorageError when the store cannot load."""
         config = self.config
+        self.tls = TlsListeners(config) if config.tls_enabled else None
         raise_open_files_limit()
         data_dir = Path(config.data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -298,9 +327,13 @@ class BrokerApp:
         admin_socket = _bind(config.host, config.admin_port)
         self.port = pulsar_socket.getsockname()[1]
         self.admin_port = admin_socket.getsockname()[1]
+        if self.tls is not None:
+            self.tls.bind(_bind)
         service.broker_service_url = self.service_url
         service.web_service_url = self.web_service_url
         admission = ConnectionController(config.broker_max_connections, config.broker_max_connections_per_ip)
+        service.broker_service_url_tls = self.service_url_tls
+        service.web_service_url_tls = self.web_service_url_tls
         self._server = await loop.create_server(
             lambda: ServerCnx(service, config, self.connections, admission),
             sock=pulsar_socket,
@@ -320,6 +353,8 @@ class BrokerApp:
             await self.member.start()
             service.ownership = self.member.ownership
         await self._server.start_serving()
+        if self.tls is not None:
+            await self.tls.serve(lambda: ServerCnx(service, config, self.connections))
 
         admin_app = build_admin_app(service, max_request_size=config.http_max_request_size)
         replication_routes.register(admin_app, self.replication)
@@ -331,6 +366,8 @@ class BrokerApp:
         self._admin_runner = web.AppRunner(admin_app, access_log=None)
         await self._admin_runner.setup()
         await web.SockSite(self._admin_runner, admin_socket).start()
+        if self.tls is not None:
+            await self.tls.serve_admin(self._admin_runner)
         if self.replication is not None:
             await self.replication.start(self)
 
@@ -407,12 +444,16 @@ class BrokerApp:
             self._policy_task = None
         if self._server is not None:
             self._server.close()
+        if self.tls is not None:
+            await self.tls.close()
         for cnx in list(self.connections):
             cnx.close("broker shutting down")
         if self._admin_runner is not None:
             await self._admin_runner.cleanup()
         if self._server is not None:
             await self._server.wait_closed()
+        if self.tls is not None:
+            await self.tls.wait_closed()
         # let in-flight persistence finish so every sent receipt stays true
         await asyncio.sleep(0)
         await self.loop_lag.stop()

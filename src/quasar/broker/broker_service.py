@@ -108,6 +108,8 @@ class BrokerService:
         self.cluster_name = cluster_name
         self.broker_service_url = ""  # set once the listener is bound
         self.web_service_url = ""
+        self.broker_service_url_tls = ""  # "" while there is no TLS listener
+        self.web_service_url_tls = ""
         self.topics: dict[str, PersistentTopic | NonPersistentTopic] = {}
         self._subscription_options = subscription_options or SubscriptionOptions()
         self._dedup_default = deduplication_enabled
@@ -194,15 +196,20 @@ class BrokerService:
                     f"the broker {self.broker_service_url} does not have a {listener!r} listener"
                 )
             return LookupAnswer(
-                LookupKind.CONNECT, self.broker_service_url, "", self.web_service_url, authoritative=True
+                LookupKind.CONNECT,
+                self.broker_service_url,
+                self.broker_service_url_tls,
+                self.web_service_url,
+                authoritative=True,
+                web_service_url_tls=self.web_service_url_tls,
             )
         return await self.ownership.lookup(topic, authoritative=authoritative, listener=listener)
 
-    def owner_web_url(self, topic: TopicName) -> str | None:
+    def owner_web_url(self, topic: TopicName, *, tls: bool = False) -> str | None:
         """The admin URL of the broker that serves ``topic`` when it is another broker of the cluster (admin
         requests about it are redirected there), else None. Raises ServiceNotReadyError when its group has no
         live master."""
-        return None if self.ownership is None else self.ownership.owner_web_url(topic)
+        return None if self.ownership is None else self.ownership.owner_web_url(topic, tls=tls)
 
     def messages_in_total(self) -> int:
         """Messages published to the loaded topics through their current producers (for load reports)."""

@@ -14,6 +14,7 @@ from typing import Any
 from quasar.broker.cluster.model import parse_advertised_listeners
 from quasar.protocol.errors import InvalidTopicNameError
 from quasar.protocol.topic_name import check_named_entity
+from quasar.security import TlsSettings
 
 DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024  # bytes; Pulsar's maxMessageSize default
 
@@ -141,6 +142,16 @@ class BrokerConfig:
       "Exceed maximum number of topics in namespace"; ``max_num_partitions_per_partitioned_topic``
       (10,000; Pulsar 0): 412 beyond it; ``http_max_request_size`` (10 MiB; Pulsar's httpMaxRequestSize
       -1): bytes of an admin request body, 413 beyond it.
+    - TLS (Pulsar's names; ``quasar.security.tls``, README "TLS"): ``broker_service_port_tls`` (None = no
+      ``pulsar+ssl://`` listener; Pulsar's convention 6651; 0 = a free port) and ``web_service_port_tls``
+      (None = no ``https://`` admin listener; 8443 by convention; 0 = a free port), on ``host``;
+      ``tls_certificate_file_path`` / ``tls_key_file_path`` (PEM certificate chain and key, required with a
+      TLS port), ``tls_trust_certs_file_path`` (PEM CA bundle for client certificates; "" = none),
+      ``tls_allow_insecure_connection`` (false), ``tls_require_trusted_client_cert_on_connect`` (false),
+      ``tls_protocols`` (e.g. ``["TLSv1.3", "TLSv1.2"]``; empty = OpenSSL's defaults), ``tls_ciphers``
+      (OpenSSL names for TLS <= 1.2; empty = defaults), ``tls_cert_refresh_check_duration_sec`` (300: how
+      often the files are checked and reloaded when changed). A list may also be given as one
+      comma-separated string (as in broker.conf).
     """
 
     host: str = "127.0.0.1"
@@ -255,6 +266,17 @@ class BrokerConfig:
     max_topics_per_namespace: int = 100_000
     max_num_partitions_per_partitioned_topic: int = 10_000
     http_max_request_size: int = 10 * 1024 * 1024
+    # TLS (Pulsar's broker.conf names; quasar.security.tls; README "TLS")
+    broker_service_port_tls: int | None = None
+    web_service_port_tls: int | None = None
+    tls_certificate_file_path: str = ""
+    tls_key_file_path: str = ""
+    tls_trust_certs_file_path: str = ""
+    tls_allow_insecure_connection: bool = False
+    tls_require_trusted_client_cert_on_connect: bool = False
+    tls_protocols: tuple[str, ...] = ()
+    tls_ciphers: tuple[str, ...] = ()
+    tls_cert_refresh_check_duration_sec: float = 300.0
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535 or not 0 <= self.admin_port <= 65535:
@@ -297,6 +319,7 @@ class BrokerConfig:
             raise ValueError("broker_id needs broker_name (the broker group it belongs to)")
         self._check_replication()
         self._check_authentication()
+        self._check_tls()
 
     def _check_authentication(self) -> None:
         for name in ("authentication_providers", "super_user_roles"):
@@ -311,6 +334,44 @@ class BrokerConfig:
             raise ValueError("authentication_refresh_check_seconds must be positive")
         if self.authentication_enabled and not self.authentication_providers and not self.anonymous_user_role:
             raise ValueError("authentication_enabled needs authentication_providers (or anonymous_user_role)")
+
+    def _check_tls(self) -> None:
+        for name in ("tls_protocols", "tls_ciphers"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                value = [part.strip() for part in value.split(",") if part.strip()]
+            if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+                raise ValueError(f"{name} must be a list of strings, got {value!r}")
+            object.__setattr__(self, name, tuple(value))
+        for name in ("broker_service_port_tls", "web_service_port_tls"):
+            port = getattr(self, name)
+            if port is not None and (
+                isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535
+            ):
+                raise ValueError(f"{name} must be None (off) or a port in 0..65535, got {port!r}")
+        if self.tls_cert_refresh_check_duration_sec <= 0:
+            raise ValueError(
+                f"tls_cert_refresh_check_duration_sec must be positive, got {self.tls_cert_refresh_check_duration_sec}"
+            )
+        if self.tls_enabled:
+            self.tls_settings()  # TlsConfigError (a ValueError) names what is missing or wrong
+
+    @property
+    def tls_enabled(self) -> bool:
+        """True when a TLS listener is configured (``broker_service_port_tls`` or ``web_service_port_tls``)."""
+        return self.broker_service_port_tls is not None or self.web_service_port_tls is not None
+
+    def tls_settings(self) -> TlsSettings:
+        """The TLS settings of both TLS listeners; raises TlsConfigError (e.g. no certificate path)."""
+        return TlsSettings(
+            certificate_file_path=self.tls_certificate_file_path,
+            key_file_path=self.tls_key_file_path,
+            trust_certs_file_path=self.tls_trust_certs_file_path,
+            allow_insecure_connection=self.tls_allow_insecure_connection,
+            require_trusted_client_cert_on_connect=self.tls_require_trusted_client_cert_on_connect,
+            protocols=self.tls_protocols,
+            ciphers=self.tls_ciphers,
+        )
 
     def _check_replication(self) -> None:
         if self.broker_role not in ("", "ASYNC_MASTER", "SYNC_MASTER", "SLAVE"):

@@ -56,6 +56,7 @@ from quasar.protocol import NEED_DATA, CommandType, FrameDecoder, commands
 from quasar.protocol.enums import MAX_PROTOCOL_VERSION, ServerError
 from quasar.protocol.errors import ProtocolError
 from quasar.protocol.frame import MESSAGE_SIZE_FRAME_PADDING
+from quasar.security import peer_certificate_der
 
 if TYPE_CHECKING:
     from quasar.broker.broker_service import BrokerService
@@ -94,7 +95,9 @@ class ServerCnx(asyncio.Protocol):
         self._decoder = FrameDecoder(max_frame_size=config.max_message_size + MESSAGE_SIZE_FRAME_PADDING)
         self.transport: asyncio.Transport | None = None
         self.remote_address = ""
-        self.peer_certificate_der: bytes | None = None  # the verified TLS client certificate (DER), if any
+        # DER of the client certificate the TLS handshake verified (for TLS authentication); None on the
+        # plain listener or when the client gave none
+        self.peer_certificate_der: bytes | None = None
         self.connected = False  # CONNECT received and answered
         self.client_version = ""
         self.protocol_version = 0
@@ -142,13 +145,11 @@ class ServerCnx(asyncio.Protocol):
                 tcp.close()
                 return
             self._admitted_ip = ip
+        self.peer_certificate_der = peer_certificate_der(tcp.get_extra_info("ssl_object"))
         sock = tcp.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        ssl_object = tcp.get_extra_info("ssl_object")
-        if ssl_object is not None:  # a TLS listener: the client certificate the handshake verified, if any
-            self.peer_certificate_der = ssl_object.getpeercert(binary_form=True)
         tcp.set_write_buffer_limits(high=WRITE_BUFFER_HIGH_WATER, low=WRITE_BUFFER_LOW_WATER)
         self._connections.add(self)
         self._schedule_keepalive()

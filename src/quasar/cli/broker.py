@@ -9,16 +9,25 @@ module is the composition root that joins the two: the broker package never impo
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 from pathlib import Path
+from typing import Any
 
 import click
 
 from quasar.broker.app import BrokerApp
 from quasar.broker.config import BrokerConfig
-from quasar.cli.standalone import Companion, install_event_loop_policy, load_config, serve, setup_logging
+from quasar.cli.standalone import (
+    Companion,
+    install_event_loop_policy,
+    load_config,
+    run_broker,
+    serve,
+    setup_logging,
+    tls_options,
+    tls_ready_suffix,
+)
 
 log = logging.getLogger("quasar")
 
@@ -29,7 +38,8 @@ REGISTER_PERIOD_BOUNDS_S = (10.0, 60.0)
 def ready_line(app: BrokerApp) -> str:
     """The readiness line ``quasar broker`` prints once it serves (tools such as ``quasar cluster up`` wait
     for it): ``quasar broker ready: pulsar://H:P http://H:A cluster=NAME group=G id=N``, followed by
-    `` ha=H:P`` for a replicated broker."""
+    `` ha=H:P`` for a replicated broker, then `` tls=pulsar+ssl://H:P https=https://H:P`` for the TLS listeners
+    that are on."""
     config = app.config
     line = (
         f"quasar broker ready: {app.service_url} {app.web_service_url}"
@@ -37,7 +47,7 @@ def ready_line(app: BrokerApp) -> str:
     )
     if app.replication is not None:
         line += f" ha={app.replication.ha_address}"
-    return line
+    return line + tls_ready_suffix(app)
 
 
 def make_app(config: BrokerConfig) -> BrokerApp:
@@ -183,6 +193,7 @@ def _registrar(app: BrokerApp) -> list[Companion]:
     show_default=True,
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
 )
+@tls_options
 def broker(
     data_dir: Path | None,
     host: str | None,
@@ -200,6 +211,7 @@ def broker(
     internal_listener_name: str | None,
     config_file: Path | None,
     log_level: str,
+    **tls: Any,
 ) -> None:
     """Start a broker of a cluster: pulsar://HOST:PORT and the admin API on http://HOST:ADMIN_PORT."""
     setup_logging(log_level)
@@ -220,6 +232,7 @@ def broker(
             "advertised_address": advertised_address,
             "advertised_listeners": advertised_listeners,
             "internal_listener_name": internal_listener_name,
+            **tls,
         },
     )
     if not config.metadata_store_url.startswith("etcd://"):
@@ -227,4 +240,4 @@ def broker(
             "a cluster broker needs a shared metadata store: --metadata-store etcd://host:port"
         )
     install_event_loop_policy()
-    asyncio.run(serve(config, ready_line, companions=_registrar, make_app=make_app))
+    run_broker(serve(config, ready_line, companions=_registrar, make_app=make_app))

@@ -6,9 +6,9 @@ import asyncio
 import logging
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import click
 
@@ -17,6 +17,7 @@ from quasar.broker.auth import build_authentication
 from quasar.broker.config import BrokerConfig
 from quasar.broker.gc_tuning import tune_gc
 from quasar.native import compiled_modules
+from quasar.security import TlsConfigError
 
 log = logging.getLogger("quasar")
 
@@ -88,6 +89,70 @@ def load_config(config_file: Path | None, overrides: dict[str, Any]) -> BrokerCo
         raise click.BadParameter(str(exc)) from exc
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+TLS_OPTION_NAMES = (
+    "broker_service_port_tls",
+    "web_service_port_tls",
+    "tls_certificate_file_path",
+    "tls_key_file_path",
+    "tls_trust_certs_file_path",
+)
+"""The BrokerConfig settings :func:`tls_options` adds flags for (the other TLS settings: --config file)."""
+
+
+def tls_options(command: F) -> F:
+    """Add the TLS flags of ``quasar standalone`` / ``quasar broker`` to ``command`` (keyword arguments named
+    as in :data:`TLS_OPTION_NAMES`, None when not given)."""
+    file = click.Path(dir_okay=False, exists=True)
+    options = [
+        click.option(
+            "--broker-service-port-tls",
+            type=int,
+            default=None,
+            help="pulsar+ssl:// listener port (Pulsar's convention 6651); 0 = a free port [default: off].",
+        ),
+        click.option(
+            "--web-service-port-tls",
+            type=int,
+            default=None,
+            help="https:// admin REST port (Pulsar's convention 8443); 0 = a free port [default: off].",
+        ),
+        click.option(
+            "--tls-certificate-file-path", type=file, default=None, help="Broker certificate chain (PEM)."
+        ),
+        click.option("--tls-key-file-path", type=file, default=None, help="Broker private key (PEM)."),
+        click.option(
+            "--tls-trust-certs-file-path",
+            type=file,
+            default=None,
+            help="CA bundle (PEM) client certificates must chain to.",
+        ),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def tls_ready_suffix(app: BrokerApp) -> str:
+    """`` tls=pulsar+ssl://H:P https=https://H:P`` for the TLS listeners that are on ("" when none is): appended
+    to the readiness lines after their fixed fields."""
+    suffix = ""
+    if app.service_url_tls:
+        suffix += f" tls={app.service_url_tls}"
+    if app.web_service_url_tls:
+        suffix += f" https={app.web_service_url_tls}"
+    return suffix
+
+
+def run_broker(main: Coroutine[Any, Any, None]) -> None:
+    """``asyncio.run(main)``, a TLS file the broker cannot use reported as a usage error (no traceback)."""
+    try:
+        asyncio.run(main)
+    except TlsConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
 def setup_logging(log_level: str) -> None:
     logging.basicConfig(
         level=log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -121,6 +186,7 @@ def setup_logging(log_level: str) -> None:
     show_default=True,
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
 )
+@tls_options
 def standalone(
     data_dir: Path | None,
     host: str | None,
@@ -128,13 +194,19 @@ def standalone(
     admin_port: int | None,
     config_file: Path | None,
     log_level: str,
+    **tls: Any,
 ) -> None:
-    """Start a standalone broker: pulsar://HOST:PORT and the admin API on http://HOST:ADMIN_PORT."""
+    """Start a standalone broker: pulsar://HOST:PORT and the admin API on http://HOST:ADMIN_PORT (and, with the
+    TLS flags, pulsar+ssl:// and https:// listeners)."""
     setup_logging(log_level)
     config = load_config(
-        config_file, {"data_dir": data_dir, "host": host, "port": port, "admin_port": admin_port}
+        config_file, {"data_dir": data_dir, "host": host, "port": port, "admin_port": admin_port, **tls}
     )
     install_event_loop_policy()
-    asyncio.run(
-        serve(config, lambda app: f"quasar standalone ready: {app.service_url} {app.web_service_url}")
-    )
+    run_broker(serve(config, ready_line))
+
+
+def ready_line(app: BrokerApp) -> str:
+    """``quasar standalone ready: pulsar://H:P http://H:A``, then `` tls=pulsar+ssl://H:P https=https://H:P``
+    for the TLS listeners that are on."""
+    return f"quasar standalone ready: {app.service_url} {app.web_service_url}{tls_ready_suffix(app)}"

@@ -24,6 +24,7 @@ How the parts fit (each a small object with its own state, given its inputs expl
 
 from quasar.protocol import EARLIEST, LATEST, CompressionType, MessageId
 
+from .auth import Authentication, AuthenticationBasic, AuthenticationTLS, AuthenticationToken
 from .client import AsyncClient
 from .config import (
     ClientConfig,
@@ -38,6 +39,8 @@ from .config import (
 )
 from .errors import (
     AlreadyClosedError,
+    AuthenticationError,
+    AuthorizationError,
     BrokerResponseError,
     ClientError,
     ConnectError,
@@ -58,6 +61,12 @@ __all__ = [
     "LATEST",
     "AlreadyClosedError",
     "AsyncClient",
+    "Authentication",
+    "AuthenticationBasic",
+    "AuthenticationError",
+    "AuthenticationTLS",
+    "AuthenticationToken",
+    "AuthorizationError",
     "BrokerResponseError",
     "Client",
     "ClientConfig",

@@ -25,7 +25,7 @@ from .config import (
     check_subscription_name,
     check_topics,
 )
-from .connection_pool import ConnectionPool, LookupService, parse_service_url
+from .connection_pool import ConnectionPool, LookupService, parse_service_url, service_url_uses_tls
 from .consumer import Consumer
 from .errors import AlreadyClosedError
 from .multi_consumer import MultiTopicsConsumer
@@ -43,13 +43,15 @@ class AsyncClient:
     """Asyncio Pulsar client. Use it inside a running event loop; ``async with AsyncClient(url) as client``.
 
     Args:
-        service_url: ``pulsar://host:port``, or ``nameserver://host:port;host:port`` to find brokers through
-            name servers (:mod:`quasar.client.nameserver_lookup`).
+        service_url: ``pulsar://host:port``, ``pulsar+ssl://host:port`` (TLS), or
+            ``nameserver://host:port;host:port`` / ``nameserver+ssl://...`` to find brokers through name servers
+            (:mod:`quasar.client.nameserver_lookup`).
         config: a :class:`ClientConfig`, or keyword arguments with its field names
-            (``operation_timeout_seconds``, ``connection_timeout_ms``, ...).
+            (``operation_timeout_seconds``, ``connection_timeout_ms``, ``authentication``,
+            ``tls_trust_certs_file_path``, ...). A ``+ssl`` URL turns ``use_tls`` on.
 
     Raises:
-        TypeError / ValueError: bad URL or settings.
+        TypeError / ValueError: bad URL or settings, or (TLS) a trust / certificate file that cannot be read.
     """
 
     def __init__(self, service_url: str, config: ClientConfig | None = None, **kwargs: Any) -> None:
@@ -61,6 +63,8 @@ class AsyncClient:
         if config is not None and kwargs:
             raise TypeError("pass either config or keyword settings, not both")
         self.config = config if config is not None else ClientConfig(**kwargs)
+        if service_url_uses_tls(service_url) and not self.config.use_tls:
+            self.config = replace(self.config, use_tls=True)
         self.pool = ConnectionPool(self.config)
         self.lookup = (
             NameServerLookupService(self.pool, service_url)

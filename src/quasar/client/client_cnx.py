@@ -24,6 +24,12 @@ Follows the C++ ``ClientConnection`` / Java ``ClientCnx`` (reference/pulsar-prot
   costs one system call instead of one per frame (the C++ client's write queue does the same); 32 KiB queued
   are written at once (a long burst keeps the broker busy), a FLOW goes out at once (:meth:`ClientCnx.write_now`);
   order is kept, and :meth:`ClientCnx.close` writes what is queued before closing.
+* TLS and authentication (:mod:`quasar.client.tls`, :mod:`quasar.client.auth`): with an ``ssl_context`` the
+  connection is TLS from the first byte (the host name is checked when the context says so); CONNECT carries the
+  authentication's method name and data (``"none"`` without one) and ``supports_auth_refresh``; an
+  AUTH_CHALLENGE is answered with AUTH_RESPONSE carrying freshly asked credentials (C++
+  ``ClientConnection::handleAuthChallenge``). An ERROR before CONNECTED (the broker refused the credentials)
+  fails the handshake with that error (:class:`~quasar.client.errors.AuthenticationError`: not retried).
 * Any event loop works: the transport is checked for what the connection uses (:class:`StreamTransport`), not
   for its class, because uvloop's ``TCPTransport`` has the methods of ``asyncio.Transport`` without subclassing
   it. A handshake that fails (refused, reset, a transport that cannot write, a bad first frame) is reported with
@@ -34,8 +40,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from quasar.protocol import (
     DEFAULT_MAX_MESSAGE_SIZE,
@@ -51,8 +58,15 @@ from quasar.protocol import (
 from quasar.protocol.ack_set import to_int64
 
 from ._tasks import TaskOwner
+from .auth import Authentication
+from .cnx_ports import ConsumerHandler, ProducerHandler, StreamTransport
 from .codec import read_frames as _read_frames
-from .errors import BrokerResponseError, ConnectError, ConnectionClosedError, OperationTimeoutError
+from .errors import (
+    ConnectError,
+    ConnectionClosedError,
+    OperationTimeoutError,
+    response_error,
+)
 
 __all__ = ["CLIENT_VERSION", "ClientCnx", "ConsumerHandler", "ProducerHandler", "StreamTransport"]
 
@@ -67,63 +81,6 @@ _RECEIPT = CommandType.SEND_RECEIPT.value
 _MESSAGE = CommandType.MESSAGE.value
 _LOOKUP_FAILED = 2
 _PARTITIONS_FAILED = 1
-
-
-@runtime_checkable
-class StreamTransport(Protocol):
-    """What a :class:`ClientCnx` needs of its transport: the write side of a stream, checked by capability.
-
-    asyncio's ``Transport`` and uvloop's ``TCPTransport`` (which subclasses none of asyncio's transport classes)
-    both qualify; ``isinstance(transport, StreamTransport)`` checks that the methods exist.
-    """
-
-    def write(self, data: bytes | bytearray | memoryview) -> None:
-        """Queue ``data`` for sending (never blocks)."""
-
-    def writelines(self, list_of_data: list[bytes]) -> None:
-        """Queue several buffers for sending, in order (never blocks)."""
-
-    def is_closing(self) -> bool:
-        """True once the transport is closing or closed."""
-
-    def close(self) -> None:
-        """Flush buffered data, then close; the protocol's ``connection_lost`` follows."""
-
-
-class ProducerHandler(Protocol):
-    """What a producer registered on a connection receives (called on the loop thread)."""
-
-    def on_receipt(self, sequence_id: int, ledger_id: int, entry_id: int) -> None:
-        """A SEND_RECEIPT addressed to the producer: its sequence id and the entry's position (signed int64)."""
-
-    def on_send_error(self, frame: Frame) -> None:
-        """A SEND_ERROR addressed to the producer."""
-
-    def on_connection_closed(self, cnx: ClientCnx) -> None:
-        """``cnx`` is gone, or the broker sent CLOSE_PRODUCER (the producer is no longer registered)."""
-
-
-class ConsumerHandler(Protocol):
-    """What a consumer registered on a connection receives (called on the loop thread)."""
-
-    def on_message(self, frame: Frame) -> None:
-        """A MESSAGE addressed to the consumer, from the FrameDecoder (the fast path refused it)."""
-
-    def on_message_parts(
-        self, ledger_id: int, entry_id: int, redelivery_count: int, checksum_ok: bool | None, metadata: bytes,
-        payload: bytes, *routing: Any,
-    ) -> None:  # fmt: skip
-        """A MESSAGE addressed to the consumer, decoded by the fast path (no ack_set; see
-        :func:`quasar.client.codec.read_frames`): position, redelivery count, whether the CRC matched (None: no
-        checksum), the MessageMetadata bytes (checked: they parse), the payload bytes, then the metadata fields
-        the consumer routes by (num_messages_in_batch or None, num_chunks_from_msg, compression,
-        uncompressed_size)."""
-
-    def on_connection_closed(self, cnx: ClientCnx) -> None:
-        """``cnx`` is gone, or the broker sent CLOSE_CONSUMER (the consumer is no longer registered)."""
-
-    def on_active_consumer_change(self, is_active: bool) -> None:
-        """ACTIVE_CONSUMER_CHANGE (Failover subscriptions)."""
 
 
 class ClientCnx(asyncio.Protocol):
@@ -142,8 +99,10 @@ class ClientCnx(asyncio.Protocol):
         next_request_id: Callable[[], int],
         operation_timeout: float,
         keep_alive_interval: float,
+        authentication: Authentication | None = None,
     ) -> None:
         self.address = address
+        self.authentication = authentication
         self.max_message_size = DEFAULT_MAX_MESSAGE_SIZE
         self.protocol_version = 0
         self.next_request_id = next_request_id
@@ -184,6 +143,7 @@ class ClientCnx(asyncio.Protocol):
             CommandType.CLOSE_CONSUMER: self._handle_close_consumer,
             CommandType.ACTIVE_CONSUMER_CHANGE: self._handle_active_consumer_change,
             CommandType.REACHED_END_OF_TOPIC: _ignore,
+            CommandType.AUTH_CHALLENGE: self._handle_auth_challenge,
         }
 
     # ------------------------------------------------------------------------------------------ life --
@@ -197,14 +157,20 @@ class ClientCnx(asyncio.Protocol):
         operation_timeout: float,
         keep_alive_interval: float,
         connection_timeout: float,
+        ssl_context: ssl.SSLContext | None = None,
+        authentication: Authentication | None = None,
     ) -> ClientCnx:
-        """Open a TCP connection, send CONNECT and wait for CONNECTED.
+        """Open a TCP connection (TLS with ``ssl_context``), send CONNECT and wait for CONNECTED.
 
         Args:
             address: ``(host, port)``.
-            connection_timeout: seconds for TCP connect plus handshake.
+            connection_timeout: seconds for TCP connect, TLS handshake and CONNECT handshake.
+            ssl_context: a client TLS context (:func:`quasar.client.tls.client_ssl_context`); None = plain TCP.
+            authentication: the credentials CONNECT carries (None: ``auth_method_name="none"``).
 
         Raises:
+            AuthenticationError / AuthorizationError / BrokerResponseError: the broker answered CONNECT with
+                ERROR (e.g. refused credentials); not retryable.
             ConnectError: refused, unreachable, the transport unusable, the connection closed or the broker's
                 first frame not CONNECTED during the handshake (each with its cause), or no CONNECTED within
                 ``connection_timeout`` (the message says whether TCP connect or the handshake timed out).
@@ -217,13 +183,20 @@ class ClientCnx(asyncio.Protocol):
                 next_request_id=next_request_id,
                 operation_timeout=operation_timeout,
                 keep_alive_interval=keep_alive_interval,
+                authentication=authentication,
             )
 
         where = f"{address[0]}:{address[1]}"
         cnx: ClientCnx | None = None
         try:
             async with asyncio.timeout(connection_timeout):
-                _, cnx = await loop.create_connection(factory, address[0], address[1])
+                _, cnx = await loop.create_connection(
+                    factory,
+                    address[0],
+                    address[1],
+                    ssl=ssl_context,
+                    server_hostname=address[0] if ssl_context is not None else None,
+                )
                 await cnx.wait_connected()
         except BaseException as exc:
             if cnx is not None:
@@ -273,7 +246,16 @@ class ClientCnx(asyncio.Protocol):
             return
         self._transport = transport
         try:
-            transport.write(commands.new_connect(CLIENT_VERSION, MAX_PROTOCOL_VERSION))
+            auth = self.authentication
+            transport.write(
+                commands.new_connect(
+                    CLIENT_VERSION,
+                    MAX_PROTOCOL_VERSION,
+                    auth_method_name=auth.method_name if auth is not None else "none",
+                    auth_data=auth.auth_data() if auth is not None else None,
+                    supports_auth_refresh=True,
+                )
+            )
         except Exception as exc:
             log.warning("writing CONNECT to %s:%s failed", *self.address, exc_info=True)
             error = ConnectError(f"cannot connect to {self.address[0]}:{self.address[1]}: CONNECT: {exc!r}")
@@ -514,7 +496,33 @@ class ClientCnx(asyncio.Protocol):
 
     def _handle_error(self, frame: Frame) -> None:
         body = frame.command.error
-        self._resolve(body.request_id, error=BrokerResponseError(body.error, body.message))
+        error = response_error(body.error, body.message)
+        if (
+            not self._connected.done()
+        ):  # CONNECT refused (Pulsar answers ERROR and closes): fail the handshake
+            log.warning("broker %s:%s refused CONNECT: %s", *self.address, error)
+            self._close_reason = error
+            self._connected.set_exception(error)
+            self._connected.exception()  # mark retrieved
+            return
+        self._resolve(body.request_id, error=error)
+
+    def _handle_auth_challenge(self, frame: Frame) -> None:
+        """AUTH_CHALLENGE: answer with AUTH_RESPONSE carrying the credentials asked for again (a token
+        supplier is called again, so a refreshed token goes out). Credentials that cannot be produced close
+        the connection (the broker would close it when the old ones expire)."""
+        auth = self.authentication
+        try:
+            if auth is None:
+                raise ConnectionClosedError(
+                    "the broker sent AUTH_CHALLENGE but the client has no authentication"
+                )
+            response = commands.new_auth_response(CLIENT_VERSION, auth.method_name, auth.auth_data())
+        except Exception as exc:  # noqa: BLE001  # a token supplier may raise anything: logged, connection closed
+            log.warning("cannot answer the AUTH_CHALLENGE of %s:%s: %s; closing", *self.address, exc)
+            self.close(exc if isinstance(exc, ConnectionClosedError) else ConnectionClosedError(str(exc)))
+            return
+        self.write_now(response)
 
     def _handle_producer_success(self, frame: Frame) -> None:
         body = frame.command.producer_success
@@ -525,16 +533,14 @@ class ClientCnx(asyncio.Protocol):
     def _handle_lookup_response(self, frame: Frame) -> None:
         body = frame.command.lookupTopicResponse
         if body.response == _LOOKUP_FAILED or not body.HasField("response"):
-            self._resolve(
-                body.request_id, error=BrokerResponseError(body.error, body.message or "lookup failed")
-            )
+            self._resolve(body.request_id, error=response_error(body.error, body.message or "lookup failed"))
         else:
             self._resolve(body.request_id, body)
 
     def _handle_partitions_response(self, frame: Frame) -> None:
         body = frame.command.partitionMetadataResponse
         if body.response == _PARTITIONS_FAILED or not body.HasField("response"):
-            error = BrokerResponseError(body.error, body.message or "partitioned metadata failed")
+            error = response_error(body.error, body.message or "partitioned metadata failed")
             self._resolve(body.request_id, error=error)
         else:
             self._resolve(body.request_id, body)
@@ -542,7 +548,7 @@ class ClientCnx(asyncio.Protocol):
     def _handle_schema_response(self, frame: Frame) -> None:
         body = frame.command.getSchemaResponse
         if body.HasField("error_code"):
-            self._resolve(body.request_id, error=BrokerResponseError(body.error_code, body.error_message))
+            self._resolve(body.request_id, error=response_error(body.error_code, body.error_message))
         else:
             self._resolve(body.request_id, body)
 
@@ -551,7 +557,7 @@ class ClientCnx(asyncio.Protocol):
         if not body.HasField("request_id"):
             return
         if body.HasField("error"):
-            self._resolve(body.request_id, error=BrokerResponseError(body.error, body.message))
+            self._resolve(body.request_id, error=response_error(body.error, body.message))
         else:
             self._resolve(body.request_id, body)
 

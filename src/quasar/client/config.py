@@ -22,6 +22,8 @@ from typing import Any
 from quasar.protocol import CompressionType, MessageId, SubType
 from quasar.protocol.enums import InitialPosition
 
+from .auth import Authentication
+
 __all__ = [
     "ClientConfig",
     "CompressionType",
@@ -138,6 +140,15 @@ class ClientConfig:
             count; 60 (C++ ``partitionsUpdateInterval``).
         listener_name: the broker's advertised listener to connect to (``pulsar.Client(listener_name=...)``):
             sent in LOOKUP, and picks that listener's URL from name-server routes; None = the default URL.
+        use_tls: connect to brokers over TLS and take the ``pulsar+ssl://`` URLs of lookups (set by a
+            ``pulsar+ssl://`` or ``nameserver+ssl://`` service URL; the official client's deprecated ``use_tls``).
+        tls_trust_certs_file_path / tls_allow_insecure_connection / tls_validate_hostname: the official client's
+            TLS options (see :mod:`quasar.client.tls`); None / False / False.
+        tls_certificate_file_path / tls_private_key_file_path: a client certificate and key (PEM) presented in
+            the TLS handshake without naming an authentication method (the official client's options);
+            ``AuthenticationTLS`` presents its own instead.
+        authentication: an :class:`~quasar.client.auth.Authentication` (``AuthenticationToken``,
+            ``AuthenticationBasic``, ``AuthenticationTLS``); None = CONNECT says ``auth_method_name="none"``.
     """
 
     operation_timeout_seconds: float = 30
@@ -148,6 +159,13 @@ class ClientConfig:
     max_lookup_redirects: int = 20
     partitions_update_interval_seconds: float = 60
     listener_name: str | None = None
+    use_tls: bool = False
+    tls_trust_certs_file_path: str | None = None
+    tls_allow_insecure_connection: bool = False
+    tls_validate_hostname: bool = False
+    tls_certificate_file_path: str | None = None
+    tls_private_key_file_path: str | None = None
+    authentication: Authentication | None = None
 
     def __post_init__(self) -> None:
         for name in (
@@ -165,6 +183,17 @@ class ClientConfig:
         _check_int("max_lookup_redirects", self.max_lookup_redirects, 0)
         if self.listener_name is not None:
             _check_type("listener_name", self.listener_name, str)
+        for name in ("use_tls", "tls_allow_insecure_connection", "tls_validate_hostname"):
+            _check_type(name, getattr(self, name), bool)
+        for name in ("tls_trust_certs_file_path", "tls_certificate_file_path", "tls_private_key_file_path"):
+            _check_optional_str(name, getattr(self, name))
+        if (self.tls_certificate_file_path is None) != (self.tls_private_key_file_path is None):
+            raise ValueError("tls_certificate_file_path and tls_private_key_file_path go together")
+        if self.authentication is not None and not isinstance(self.authentication, Authentication):
+            raise TypeError(
+                "authentication must be an AuthenticationToken, AuthenticationBasic or AuthenticationTLS,"
+                f" got {type(self.authentication).__name__}"
+            )
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,6 +3,10 @@
 * :class:`ConnectionPool` keeps one :class:`ClientCnx` per ``(host, port)`` shared by every producer,
   consumer and lookup (C++ ``connectionsPerBroker = 1``, reference/pulsar-protocol.md §8.5); concurrent
   callers wait for the same handshake; a closed connection is replaced on the next ``get``.
+* With ``ClientConfig.use_tls`` every connection is TLS (one client context,
+  :func:`quasar.client.tls.client_ssl_context`, built when the pool is) and lookups take the broker's
+  ``brokerServiceUrlTls`` (C++ ``ClientConfiguration::isUseTls``); every CONNECT carries the configured
+  authentication.
 * :class:`LookupService` sends PARTITIONED_METADATA / LOOKUP / GET_TOPICS_OF_NAMESPACE on the service-URL
   connection and follows LOOKUP redirects (``response = Redirect``) up to ``max_lookup_redirects`` (20),
   re-asking the redirect target with the returned ``authoritative`` flag (§6.4, §6.5). Retryable failures
@@ -24,33 +28,42 @@ from quasar.protocol import TopicName, commands
 from .client_cnx import ClientCnx
 from .config import ClientConfig
 from .errors import BrokerResponseError, ClientError, ConnectError, ConnectionClosedError, LookupError_
+from .tls import client_ssl_context
 
-__all__ = ["ConnectionPool", "LookupService", "parse_service_url"]
+__all__ = ["ConnectionPool", "LookupService", "parse_service_url", "service_url_uses_tls"]
 
 T = TypeVar("T")
 
 _LOOKUP_REDIRECT = 0
 DEFAULT_PORT = 6650
+DEFAULT_PORT_TLS = 6651
+_TLS_SCHEMES = ("pulsar+ssl", "nameserver+ssl")
+
+
+def service_url_uses_tls(url: str) -> bool:
+    """True for a ``pulsar+ssl://`` (or ``nameserver+ssl://``) service URL: brokers are reached over TLS."""
+    return isinstance(url, str) and urlsplit(url).scheme in _TLS_SCHEMES
 
 
 def parse_service_url(url: str) -> tuple[str, int]:
-    """``pulsar://host[:port][,host2:port2...][/]`` -> ``(host, port)`` of the first host (port 6650 default).
+    """``pulsar://host[:port][,host2:port2...][/]`` or ``pulsar+ssl://...`` -> ``(host, port)`` of the first host
+    (default port 6650, 6651 for ``pulsar+ssl``).
 
     Raises:
         TypeError: ``url`` is not a str.
-        ValueError: not a ``pulsar://`` URL (TLS ``pulsar+ssl://`` is not supported), or no host.
+        ValueError: not a ``pulsar://`` / ``pulsar+ssl://`` URL, or no host.
     """
     if not isinstance(url, str):
         raise TypeError(f"service_url must be a str, got {type(url).__name__}")
     parts = urlsplit(url)
-    if parts.scheme != "pulsar":
-        raise ValueError(f"service_url must start with pulsar:// (got {url!r})")
+    if parts.scheme not in ("pulsar", "pulsar+ssl"):
+        raise ValueError(f"service_url must start with pulsar:// or pulsar+ssl:// (got {url!r})")
     first = parts.netloc.split(",")[0]
     if not first:
         raise ValueError(f"service_url has no host: {url!r}")
     host, sep, port_text = first.rpartition(":")
-    if not sep:
-        return first, DEFAULT_PORT
+    if not sep or first.endswith("]"):
+        return first.strip("[]"), DEFAULT_PORT_TLS if parts.scheme == "pulsar+ssl" else DEFAULT_PORT
     try:
         port = int(port_text)
     except ValueError:
@@ -64,11 +77,29 @@ class ConnectionPool:
     """One :class:`ClientCnx` per broker address.
 
     Args:
-        config: the client configuration (timeouts, keep-alive).
+        config: the client configuration (timeouts, keep-alive, TLS, authentication).
+
+    Raises:
+        ValueError: with ``use_tls``, a trust file or client certificate that cannot be read.
     """
 
     def __init__(self, config: ClientConfig) -> None:
         self.config = config
+        self.ssl_context = (
+            client_ssl_context(
+                trust_certs_file_path=config.tls_trust_certs_file_path,
+                allow_insecure_connection=config.tls_allow_insecure_connection,
+                validate_hostname=config.tls_validate_hostname,
+                authentication=config.authentication,
+                certificate=(
+                    (config.tls_certificate_file_path, config.tls_private_key_file_path)
+                    if config.tls_certificate_file_path and config.tls_private_key_file_path
+                    else None
+                ),
+            )
+            if config.use_tls
+            else None
+        )
         self._ids = itertools.count()
         self._connections: dict[tuple[str, int], ClientCnx] = {}
         self._connecting: dict[tuple[str, int], asyncio.Future[ClientCnx]] = {}
@@ -102,6 +133,8 @@ class ConnectionPool:
                 operation_timeout=self.config.operation_timeout_seconds,
                 keep_alive_interval=self.config.keep_alive_interval_seconds,
                 connection_timeout=self.config.connection_timeout_ms / 1000,
+                ssl_context=self.ssl_context,
+                authentication=self.config.authentication,
             )
         except BaseException as exc:
             future.set_exception(exc if isinstance(exc, Exception) else ConnectError("cancelled"))
@@ -206,8 +239,15 @@ class LookupService:
                 topic, request_id, authoritative=authoritative, advertised_listener_name=listener
             )
             body = await cnx.request(frame, request_id)
+            url = body.brokerServiceUrl
+            if self.pool.config.use_tls:
+                url = body.brokerServiceUrlTls
+                if not url:
+                    raise LookupError_(
+                        f"lookup of {topic}: the broker has no TLS listener (no brokerServiceUrlTls in its answer)"
+                    )
             try:
-                target = parse_service_url(body.brokerServiceUrl)
+                target = parse_service_url(url)
             except ValueError as exc:
                 raise LookupError_(f"lookup of {topic} returned an unusable URL: {exc}") from None
             if body.response != _LOOKUP_REDIRECT:

@@ -12,7 +12,9 @@ parameter; everything that goes wrong at run time raises one of these::
         │   └── ReceiveTimeoutError          receive(timeout_millis) expired with nothing to hand out
         ├── LookupError_                     lookup failed: too many redirects, bad broker URL
         ├── BrokerResponseError              the broker answered ERROR / *_RESPONSE error / SEND_ERROR;
-        │                                    ``.code`` is the Pulsar ServerError
+        │   │                                ``.code`` is the Pulsar ServerError
+        │   ├── AuthenticationError          the broker refused the credentials (never retried)
+        │   └── AuthorizationError           the role may not do this (never retried)
         ├── AlreadyClosedError               the producer / consumer / client is closed
         ├── ProducerQueueIsFullError         max_pending_messages reached and block_if_queue_full=False
         ├── MessageTooBigError               message above max_message_size with chunking off
@@ -29,6 +31,8 @@ from quasar.protocol import ServerError
 
 __all__ = [
     "AlreadyClosedError",
+    "AuthenticationError",
+    "AuthorizationError",
     "BrokerResponseError",
     "ClientError",
     "ConnectError",
@@ -116,6 +120,27 @@ class BrokerResponseError(ClientError):
 
     def __reduce__(self) -> tuple[type[BrokerResponseError], tuple[int, str]]:
         return (type(self), (int(self.code), self.message))
+
+
+class AuthenticationError(BrokerResponseError):
+    """The broker refused the connection's credentials (ServerError AuthenticationError: wrong or expired
+    token, unknown user, no or untrusted client certificate, an unknown method); fatal, never retried (C++
+    ``ResultAuthenticationError``)."""
+
+
+class AuthorizationError(BrokerResponseError):
+    """The authenticated role lacks the permission (ServerError AuthorizationError); fatal, never retried (C++
+    ``ResultAuthorizationError``)."""
+
+
+def response_error(code: int, message: str) -> BrokerResponseError:
+    """The :class:`BrokerResponseError` for a broker's error ``code``: :class:`AuthenticationError` /
+    :class:`AuthorizationError` for those codes, the base class otherwise."""
+    if code == ServerError.AuthenticationError:
+        return AuthenticationError(code, message)
+    if code == ServerError.AuthorizationError:
+        return AuthorizationError(code, message)
+    return BrokerResponseError(code, message)
 
 
 class AlreadyClosedError(ClientError):

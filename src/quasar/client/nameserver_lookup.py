@@ -1,5 +1,7 @@
 """Lookups through name servers: service URLs ``nameserver://host:port;host:port`` (RocketMQ's
-``namesrvAddr`` list; commas work too).
+``namesrvAddr`` list; commas work too). ``nameserver+ssl://`` (or ``use_tls=True``) reaches the brokers over TLS:
+lookups answer each master's ``serviceUrlTls`` (with ``listener_name``: that listener's ``pulsar+ssl`` URL);
+the name servers themselves are asked over their plain RocketMQ remoting protocol (they serve no TLS).
 
 :class:`NameServerLookupService` has :class:`~quasar.client.connection_pool.LookupService`'s interface and
 answers from the name servers' routes (TopicRouteData, shape in :mod:`quasar.nameserver.routes`) instead of a
@@ -63,8 +65,8 @@ class _UnknownTopic(_NoRoute):
 
 
 def is_nameserver_url(url: object) -> bool:
-    """True for a ``nameserver://`` URL."""
-    return isinstance(url, str) and url.startswith(NAMESERVER_SCHEME + "://")
+    """True for a ``nameserver://`` or ``nameserver+ssl://`` URL."""
+    return isinstance(url, str) and url.startswith((NAMESERVER_SCHEME + "://", NAMESERVER_SCHEME + "+ssl://"))
 
 
 def parse_nameserver_url(url: str) -> list[tuple[str, int]]:
@@ -75,7 +77,7 @@ def parse_nameserver_url(url: str) -> list[tuple[str, int]]:
     """
     if not is_nameserver_url(url):
         raise ValueError(f"not a nameserver:// URL: {url!r}")
-    rest = url[len(NAMESERVER_SCHEME) + 3 :].rstrip("/")
+    rest = url.split("://", 1)[1].rstrip("/")
     addresses: dict[tuple[str, int], None] = {}
     for part in rest.replace(",", ";").split(";"):
         part = part.strip()
@@ -118,16 +120,19 @@ class _Route:
         return next((g for g in sorted(self.groups) if partition in self.groups[g]), None)
 
 
-def _master_url(info: dict[str, Any], listener_name: str | None, group: str) -> str:
+def _master_url(info: dict[str, Any], listener_name: str | None, group: str, *, tls: bool = False) -> str:
+    """The URL of a group's master to connect to: ``serviceUrl`` (``serviceUrlTls`` with ``tls``), or the
+    ``pulsar`` (``pulsar+ssl``) URL of advertised listener ``listener_name``."""
+    scheme = "pulsar+ssl" if tls else "pulsar"
     if not listener_name:
-        url = info.get("serviceUrl")
+        url = info.get("serviceUrlTls" if tls else "serviceUrl")
     else:
         listener = (info.get("listeners") or {}).get(listener_name)
         if not isinstance(listener, dict):
             raise LookupError_(f"broker group {group} has no advertised listener named {listener_name!r}")
-        url = listener.get("pulsar")
+        url = listener.get(scheme)
     if not isinstance(url, str) or not url:
-        raise _NoRoute(f"the master of broker group {group} registered no pulsar:// URL")
+        raise _NoRoute(f"the master of broker group {group} registered no {scheme}:// URL")
     return url
 
 
@@ -212,7 +217,8 @@ class NameServerLookupService(LookupService):
             info = route.masters.get(group)
             if info is None:
                 raise _NoRoute(f"broker group {group} serving {topic} has no live master")
-            url = _master_url(info, self.pool.config.listener_name, group)
+            config = self.pool.config
+            url = _master_url(info, config.listener_name, group, tls=config.use_tls)
             try:
                 return parse_service_url(url)
             except ValueError as exc:
@@ -305,7 +311,10 @@ class NameServerLookupService(LookupService):
             for group, broker in table.items():
                 info = (broker.get("brokerInfos") or {}).get(_MASTER_ID)
                 if info is not None:
-                    candidates.append(_master_url(dict(info), self.pool.config.listener_name, group))
+                    config = self.pool.config
+                    candidates.append(
+                        _master_url(dict(info), config.listener_name, group, tls=config.use_tls)
+                    )
         except ConnectError as exc:
             raise _NoRoute(str(exc)) from None
         except (RemoteProtocolError, TypeError, AttributeError) as exc:

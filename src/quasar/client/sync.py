@@ -56,21 +56,21 @@ class Client:
     """Blocking Pulsar client (``pulsar.Client`` shape).
 
     Args:
-        service_url: ``pulsar://host:port``.
+        service_url: ``pulsar://host:port`` or ``pulsar+ssl://host:port`` (TLS).
+        authentication: ``AuthenticationToken`` / ``AuthenticationBasic`` / ``AuthenticationTLS``
+            (:mod:`quasar.client.auth`), as ``pulsar.Client(authentication=...)``.
+        tls_trust_certs_file_path, tls_allow_insecure_connection, tls_validate_hostname, use_tls: the official
+            client's TLS options (:mod:`quasar.client.tls`).
         operation_timeout_seconds, connection_timeout_ms, ...: :class:`ClientConfig` fields. ``io_threads``,
             ``message_listener_threads``, ``concurrent_lookup_requests``, ``logger`` ... are accepted and ignored.
 
     Raises:
-        TypeError / ValueError: bad URL or settings; ValueError for TLS / authentication (not supported).
+        TypeError / ValueError: bad URL or settings (an unreadable trust or certificate file included).
     """
 
     def __init__(self, service_url: str, **kwargs: Any) -> None:
-        if kwargs.pop("authentication", None) is not None:
-            raise ValueError("authentication is not supported by quasar.client")
-        if kwargs.pop("use_tls", False):
-            raise ValueError("use_tls is not supported by quasar.client")
         for name in list(kwargs):
-            if name in _IGNORED_CLIENT_OPTIONS or name.startswith("tls_"):
+            if name in _IGNORED_CLIENT_OPTIONS:
                 kwargs.pop(name)
         self._runner = LoopThread()
         try:

@@ -78,15 +78,21 @@ def new_connect(
 
 @builder
 def new_auth_response(
-    client_version: str, auth_method_name: str, auth_data: bytes, protocol_version: int = MAX_PROTOCOL_VERSION
+    client_version: str,
+    auth_method_name: str,
+    auth_data: bytes | None,
+    protocol_version: int = MAX_PROTOCOL_VERSION,
 ) -> bytes:
-    """AUTH_RESPONSE: the client's answer to AUTH_CHALLENGE with credentials of ``auth_method_name``."""
+    """AUTH_RESPONSE, the client's answer to an AUTH_CHALLENGE: ``client_version``,
+    ``response{auth_method_name, auth_data}`` (``auth_data`` is always set, empty for a method without command
+    data, as C++ ``Commands::newAuthResponse`` and Java's do) and ``protocol_version`` (Java sets it; C++ leaves
+    the default)."""
     cmd = BaseCommand(type=BaseCommand.AUTH_RESPONSE)
     body = cmd.authResponse
     body.client_version = client_version
-    body.protocol_version = protocol_version
     body.response.auth_method_name = auth_method_name
-    body.response.auth_data = auth_data
+    body.response.auth_data = auth_data or b""
+    body.protocol_version = protocol_version
     return encode_command(cmd)
 
 

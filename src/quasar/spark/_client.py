@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import ssl
 import threading
 import urllib.error
 import urllib.request
@@ -58,7 +59,14 @@ from quasar.spark.errors import (
     SinkWriteError,
     TopicNotFoundError,
 )
-from quasar.spark.passthrough import CLIENT_PARAMS, PRODUCER_PARAMS, READER_PARAMS, convert
+from quasar.spark.passthrough import (
+    PRODUCER_PARAMS,
+    READER_PARAMS,
+    admin_headers,
+    admin_ssl_context,
+    client_kwargs,
+    convert,
+)
 from quasar.spark.positions import EARLIEST, ENTRY_END, Position, partition_index, position_before
 
 __all__ = ["BrokerClient", "RawMessage", "TopicProducer"]
@@ -104,7 +112,26 @@ class BrokerClient:
         self.admin_url = admin_url
         self.client_conf = client_conf
         self.timeout_s = timeout_s
-        self._client_kwargs = convert(client_conf, CLIENT_PARAMS, "quasar.client.")
+        client_kwargs(client_conf)  # checked on the driver: a bad option fails the query, not a task
+        # per process: client kwargs (an authentication object), admin headers and TLS context (not picklable)
+        self._resolved: tuple[dict[str, Any], dict[str, str], ssl.SSLContext | None] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_resolved"] = None  # rebuilt in the process that unpickles it
+        return state
+
+    def _settings(self) -> tuple[dict[str, Any], dict[str, str], ssl.SSLContext | None]:
+        """(client kwargs, admin headers, admin TLS context or None), built once per process from the options."""
+        if self._resolved is None:
+            kwargs = client_kwargs(self.client_conf)
+            https = self.admin_url.startswith("https://")
+            self._resolved = (
+                kwargs,
+                admin_headers(kwargs.get("authentication")),
+                admin_ssl_context(kwargs) if https else None,
+            )
+        return self._resolved
 
     # ------------------------------------------------------------------ plumbing
     def client(self) -> Client:
@@ -114,7 +141,7 @@ class BrokerClient:
         with _CLIENTS_LOCK:
             existing = _CLIENTS.get(key)
             if existing is None:
-                kwargs = {"operation_timeout_seconds": 30, **self._client_kwargs}
+                kwargs = {"operation_timeout_seconds": 30, **self._settings()[0]}
                 try:
                     existing = _CLIENTS[key] = Client(self.service_url, **kwargs)
                 except (TypeError, ValueError) as exc:
@@ -128,11 +155,11 @@ class BrokerClient:
     def _admin(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         """One admin REST call: (status, decoded JSON or None). BrokerUnavailableError if unreachable."""
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(
-            self.admin_url + path, data=data, method=method, headers={"Content-Type": "application/json"}
-        )
+        _, auth_headers, context = self._settings()
+        headers = {"Content-Type": "application/json", **auth_headers}
+        request = urllib.request.Request(self.admin_url + path, data=data, method=method, headers=headers)
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+            with urllib.request.urlopen(request, timeout=self.timeout_s, context=context) as response:
                 status, raw = response.status, response.read()
         except urllib.error.HTTPError as exc:
             with exc:

@@ -5,8 +5,10 @@ Names follow the Kafka and Pulsar Spark connectors where they mean the same thin
 
 | option                   | read | write | meaning                                                         |
 |--------------------------|------|-------|-----------------------------------------------------------------|
-| ``service.url``          | yes  | yes   | ``pulsar://host:port`` (default ``pulsar://127.0.0.1:6650``)     |
-| ``admin.url``            | yes  | yes   | admin REST ``http://host:port`` (default: service host, 8080)   |
+| ``service.url``          | yes  | yes   | ``pulsar://host:port`` or ``pulsar+ssl://`` (default            |
+|                          |      |       | ``pulsar://127.0.0.1:6650``)                                    |
+| ``admin.url``            | yes  | yes   | admin REST ``http(s)://host:port`` (default: service host, 8080; |
+|                          |      |       | ``https://host:8443`` for a ``pulsar+ssl://`` service URL)       |
 | ``topic``                | yes  | yes   | one topic (write: overrides the ``topic`` column)               |
 | ``topics``               | yes  |       | comma-separated topics                                          |
 | ``topicsPattern``        | yes  |       | regex over ``persistent://tenant/ns/topic`` names of one ns     |
@@ -18,7 +20,10 @@ Names follow the Kafka and Pulsar Spark connectors where they mean the same thin
 | ``minPartitions``        | yes  |       | split ranges so there are at least this many Spark partitions   |
 | ``pollTimeoutMs``        | yes  |       | a reader waiting longer than this for a message fails (120000)  |
 | ``subscription``         | strm |       | durable subscription moved in ``commit(end)`` (retention only)   |
-| ``quasar.client.*``      | yes  | yes   | passed to the client (e.g. ``operationTimeoutSeconds``)         |
+| ``quasar.client.*``      | yes  | yes   | passed to the client (e.g. ``operationTimeoutSeconds``; TLS and |
+|                          |      |       | auth: ``tlsTrustCertsFilePath``, ``tlsAllowInsecureConnection``, |
+|                          |      |       | ``tlsHostnameVerificationEnable``, ``authPluginClassName``,      |
+|                          |      |       | ``authParams``: see passthrough.py; also used for admin calls)   |
 | ``quasar.reader.*``      | yes  |       | passed to each reader (e.g. ``receiverQueueSize``)              |
 | ``quasar.producer.*``    |      | yes   | passed to each producer (``batchingEnabled``, ``compressionType``) |
 
@@ -116,7 +121,10 @@ def _urls(options: Mapping[str, str]) -> tuple[str, str]:
     parts = urlsplit(service_url)
     if parts.scheme not in ("pulsar", "pulsar+ssl") or not parts.hostname:
         raise OptionError(f"option 'service.url': {service_url!r} is not a pulsar://host:port URL")
-    admin_url = options.get("admin.url") or f"http://{parts.hostname}:8080"
+    default_admin = (
+        f"https://{parts.hostname}:8443" if parts.scheme == "pulsar+ssl" else f"http://{parts.hostname}:8080"
+    )
+    admin_url = options.get("admin.url") or default_admin
     if urlsplit(admin_url).scheme not in ("http", "https"):
         raise OptionError(f"option 'admin.url': {admin_url!r} is not an http(s):// URL")
     return service_url, admin_url.rstrip("/")

@@ -3,11 +3,12 @@
 The broker is started on port 0 (any free port) unless told otherwise; :meth:`BrokerProcess.start` waits for
 the readiness line the broker prints on stdout once both listeners are bound::
 
-    quasar standalone ready: pulsar://HOST:PORT http://HOST:ADMIN_PORT
+    quasar standalone ready: pulsar://HOST:PORT http://HOST:ADMIN_PORT [tls=pulsar+ssl://H:P] [https=https://H:P]
 
-and takes the service URL and admin URL from it. Teardown follows the nats-server test harness: SIGTERM, wait,
-then SIGKILL if the broker has not exited. stdout and stderr go to files (one pair per start, numbered, in
-``log_dir``) so a failing test can show the broker's log and restarts do not overwrite the previous run's.
+and takes the service URL and admin URL from it (and the TLS URLs, when the broker serves TLS). Teardown
+follows the nats-server test harness: SIGTERM, wait, then SIGKILL if the broker has not exited. stdout and
+stderr go to files (one pair per start, numbered, in ``log_dir``) so a failing test can show the broker's log
+and restarts do not overwrite the previous run's.
 
 The lifecycle is :class:`~quasar.testing.subprocess_harness.SubprocessHarness`'s, shared with the name server
 and ``cluster up`` harnesses.
@@ -29,8 +30,12 @@ from quasar.testing.subprocess_harness import QUASAR_COMMAND, SubprocessHarness
 
 __all__ = ["READY_LINE", "BrokerProcess", "BrokerProcessError", "parse_ready_line"]
 
-#: The readiness line: group 1 is the Pulsar service URL, group 2 the admin (web service) URL.
-READY_LINE = re.compile(r"quasar (?:standalone|broker) ready: (pulsar(?:\+ssl)?://\S+) (https?://\S+)")
+#: The readiness line: group 1 is the Pulsar service URL, group 2 the admin (web service) URL; groups 3 and 4
+#: the ``pulsar+ssl://`` and ``https://`` URLs when the broker serves TLS (None otherwise).
+READY_LINE = re.compile(
+    r"quasar (?:standalone|broker) ready: (pulsar(?:\+ssl)?://\S+) (https?://\S+)"
+    r"(?:[^\n]*? tls=(pulsar\+ssl://\S+))?(?:[^\n]*? https=(https://\S+))?"
+)
 
 
 class BrokerProcessError(QuasarError):
@@ -98,6 +103,8 @@ class BrokerProcess(SubprocessHarness):
         self.subcommand = subcommand
         self.service_url: str | None = None
         self.admin_url: str | None = None
+        self.service_url_tls: str | None = None  # from the readiness line; None without a TLS listener
+        self.admin_url_tls: str | None = None
 
     @property
     def bound_port(self) -> int:
@@ -134,9 +141,11 @@ class BrokerProcess(SubprocessHarness):
     def _before_start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.service_url = self.admin_url = None
+        self.service_url_tls = self.admin_url_tls = None
 
     def _on_ready(self, match: re.Match[str]) -> None:
         self.service_url, self.admin_url = match.group(1), match.group(2)
+        self.service_url_tls, self.admin_url_tls = match.group(3), match.group(4)
 
     def _reported_ports(self) -> dict[str, int] | None:
         if self.service_url is None:

@@ -27,6 +27,7 @@ from types import MappingProxyType
 
 from aiohttp import web
 
+from quasar.broker.admin.tls import peer_certificate_der
 from quasar.broker.auth import BrokerSecurity
 from quasar.protocol import TopicName
 from quasar.protocol.errors import InvalidTopicNameError
@@ -37,7 +38,6 @@ __all__ = [
     "ROUTE_REQUIREMENTS",
     "Requirement",
     "auth_middleware",
-    "peer_certificate_der",
 ]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -112,16 +112,6 @@ ROUTE_REQUIREMENTS = MappingProxyType(
     }
 )
 """(method, route path template) -> requirement; anything else needs a super user."""
-
-
-def peer_certificate_der(request: web.Request) -> bytes | None:
-    """The TLS client certificate (DER) the handshake of ``request``'s connection verified, or None."""
-    transport = request.transport
-    ssl_object = transport.get_extra_info("ssl_object") if transport is not None else None
-    if ssl_object is None:
-        return None
-    der: bytes | None = ssl_object.getpeercert(binary_form=True)
-    return der
 
 
 def _reply(status: int, reason: str) -> web.Response:

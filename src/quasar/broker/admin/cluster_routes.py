@@ -51,7 +51,7 @@ def owner_redirect_middleware(
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.match_info.handler in owner_only and "topic" in request.match_info:
-            owner = _service(request).owner_web_url(_topic(request))
+            owner = _service(request).owner_web_url(_topic(request), tls=request.secure)
             if owner is not None:
                 raise web.HTTPTemporaryRedirect(owner.rstrip("/") + request.path_qs)
         return await handler(request)
@@ -63,8 +63,13 @@ async def get_cluster(request: web.Request) -> web.Response:
     service = _service(request)
     if request.match_info["cluster"] != service.cluster_name:
         return web.json_response({"reason": "Cluster does not exist"}, status=404)
-    return web.json_response(
-        {"serviceUrl": service.web_service_url, "brokerServiceUrl": service.broker_service_url}
+    return web.json_response(  # Pulsar ClusterData (the TLS URLs "" without TLS listeners)
+        {
+            "serviceUrl": service.web_service_url,
+            "serviceUrlTls": service.web_service_url_tls,
+            "brokerServiceUrl": service.broker_service_url,
+            "brokerServiceUrlTls": service.broker_service_url_tls,
+        }
     )
 
 
@@ -77,7 +82,9 @@ def _live_brokers(service: BrokerService) -> list[dict[str, object]]:
                 "brokerId": 0,
                 "role": "master",
                 "serviceUrl": service.broker_service_url,
+                "serviceUrlTls": service.broker_service_url_tls,
                 "webServiceUrl": service.web_service_url,
+                "webServiceUrlTls": service.web_service_url_tls,
             }
         ]
     return [broker.to_json() for broker in service.ownership.membership.all_brokers()]
@@ -107,15 +114,18 @@ async def lookup(request: web.Request) -> web.Response:
     )
     if answer.kind is LookupKind.REDIRECT:  # Pulsar's HTTP lookup redirects (307) to the broker to ask
         query = {"authoritative": "true", **({"listenerName": listener} if listener else {})}
-        raise web.HTTPTemporaryRedirect(
-            f"{answer.web_service_url.rstrip('/')}{request.path}?{urlencode(query)}"
+        web_url = (
+            answer.web_service_url_tls
+            if request.secure and answer.web_service_url_tls
+            else answer.web_service_url
         )
+        raise web.HTTPTemporaryRedirect(f"{web_url.rstrip('/')}{request.path}?{urlencode(query)}")
     return web.json_response(
         {
             "brokerUrl": answer.service_url,
             "brokerUrlTls": answer.service_url_tls,
             "httpUrl": answer.web_service_url,
-            "httpUrlTls": "",
+            "httpUrlTls": answer.web_service_url_tls,
             "nativeUrl": answer.service_url,
             "topic": topic.full_name,
         },

@@ -74,7 +74,8 @@ class BrokerInfo:
 
     ``group`` is the broker group (RocketMQ broker name), ``broker_id`` 0 the group's master and > 0 a slave.
     URLs: ``service_url`` ``pulsar://host:port``, ``web_service_url`` ``http://host:port`` (admin),
-    ``service_url_tls`` (empty when no TLS listener), ``listeners`` advertised listener name -> {scheme: URL}.
+    ``service_url_tls`` ``pulsar+ssl://host:port`` and ``web_service_url_tls`` ``https://host:port`` (empty
+    when that TLS listener is off), ``listeners`` advertised listener name -> {scheme: URL}.
     ``partitions`` and ``msg_rate_in`` (messages/s over the last report interval) are its load report.
     """
 
@@ -98,6 +99,8 @@ class BrokerInfo:
     slave_read: bool = False
     """A slave serving reads while its group has no master and none can be elected (RocketMQ's slave read):
     lookups send consumers and readers here; publishing is refused."""
+    web_service_url_tls: str = ""
+    """The HTTPS admin URL (``https://host:port``), "" without an HTTPS listener."""
 
     def __post_init__(self) -> None:
         if not self.role:
@@ -141,6 +144,7 @@ class BrokerInfo:
             "epoch": self.epoch,
             "haAddress": self.ha_address,
             "slaveRead": self.slave_read,
+            "webServiceUrlTls": self.web_service_url_tls,
         }
 
     @classmethod
@@ -163,6 +167,7 @@ class BrokerInfo:
             epoch=int(value.get("epoch", 0)),
             ha_address=str(value.get("haAddress", "")),
             slave_read=bool(value.get("slaveRead", False)),
+            web_service_url_tls=str(value.get("webServiceUrlTls", "")),
         )
 
 
@@ -176,13 +181,15 @@ class LookupKind(enum.Enum):
 @dataclass(frozen=True, slots=True)
 class LookupAnswer:
     """A successful LOOKUP: connect to (or, REDIRECT, look up again at) ``service_url`` / ``service_url_tls``;
-    ``web_service_url`` is the same broker's admin URL (HTTP lookups)."""
+    ``web_service_url`` / ``web_service_url_tls`` are the same broker's admin URLs (HTTP lookups; the TLS
+    one "" without an HTTPS listener)."""
 
     kind: LookupKind
     service_url: str
     service_url_tls: str
     web_service_url: str
     authoritative: bool
+    web_service_url_tls: str = ""
 
 
 def no_master(group: str) -> ServiceNotReadyError:

@@ -96,7 +96,14 @@ class ClusterOwnership:
     @staticmethod
     def _answer(master: BrokerInfo, listener: str, kind: LookupKind, *, authoritative: bool) -> LookupAnswer:
         url, url_tls = master.urls_for(listener)
-        return LookupAnswer(kind, url, url_tls, master.web_service_url, authoritative)
+        return LookupAnswer(
+            kind,
+            url,
+            url_tls,
+            master.web_service_url,
+            authoritative,
+            web_service_url_tls=master.web_service_url_tls,
+        )
 
     # ------------------------------------------------------------------ serving
     async def ensure_owned(self, topic: TopicName, *, claim: bool = True) -> None:
@@ -117,16 +124,17 @@ class ClusterOwnership:
                 f"this broker is a slave of group {self.me.group}; topics are served by its master: look it up again"
             )
 
-    def owner_web_url(self, topic: TopicName) -> str | None:
+    def owner_web_url(self, topic: TopicName, *, tls: bool = False) -> str | None:
         """The admin URL of the broker serving ``topic`` when that is another broker (admin requests are
-        answered with a 307 to it, as Pulsar does); None when it is this one or the topic is not placed."""
+        answered with a 307 to it, as Pulsar does); None when it is this one or the topic is not placed.
+        ``tls``: its ``https://`` URL when it has one (a request that came over HTTPS)."""
         group = self.placement.group_of(topic)
         if group is None or group == self.me.group:
             return None
         master = self.membership.master_of(group)
         if master is None:
             raise no_master(group)
-        return master.web_service_url
+        return master.web_service_url_tls if tls and master.web_service_url_tls else master.web_service_url
 
     async def place_partitions(self, topic: TopicName, partitions: int) -> None:
         """Place the ``partitions`` partitions of a new partitioned topic over the live groups, least loaded
