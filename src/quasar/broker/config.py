@@ -29,6 +29,9 @@ _POSITIVE = (
     "dispatcher_max_read_batch_size",
     "register_name_server_period_s",
     "load_report_interval_s",
+    "max_name_length",
+    "max_property_length",
+    "max_properties_per_command",
 )
 """Settings that must be > 0."""
 _NON_NEGATIVE = (
@@ -106,6 +109,11 @@ class BrokerConfig:
       ``min_in_sync_replicas`` (1), ``enable_auto_in_sync_replicas`` (false): CommitLog#handleHA's
       needAckNums; ``enable_elect_unclean_master`` (false: only an in-sync slave may be elected);
       ``state_snapshot_interval_s`` (600): how often the full ledger/cursor state is journaled again.
+    - hardening (no Pulsar setting: Pulsar leaves these unbounded): ``max_name_length`` (1024 UTF-8 bytes)
+      bounds the producer, subscription and consumer names of PRODUCER / SUBSCRIBE,
+      ``max_property_length`` (8192 bytes) each key and value of their metadata and subscription
+      properties, ``max_properties_per_command`` (256) how many there are; a longer or larger one is
+      refused with NotAllowedError before any work on it (quasar.broker.cnx.string_limits).
     """
 
     host: str = "127.0.0.1"
@@ -195,6 +203,10 @@ class BrokerConfig:
     enable_auto_in_sync_replicas: bool = False
     enable_elect_unclean_master: bool = False
     state_snapshot_interval_s: float = 600.0
+    # Hardening
+    max_name_length: int = 1024
+    max_property_length: int = 8192
+    max_properties_per_command: int = 256
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535 or not 0 <= self.admin_port <= 65535:

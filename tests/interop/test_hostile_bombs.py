@@ -1,0 +1,193 @@
+"""CPU and memory bombs sent to a real broker process (issue 16, hardening): each hostile command gets a
+clear error (or is skipped where nothing answers), the broker keeps serving other clients, and the work it
+did is bounded. Bounds are on work, not speed: the broker's CPU seconds and peak RSS (from /proc) may grow
+by a budget far above the linear cost and far below what the unbounded code spent."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pulsar
+import pytest
+
+from quasar.protocol import CommandType, requests
+from quasar.protocol.enums import InitialPosition, ServerError, SubType
+from tests.interop.helpers import new_client, topic_name
+from tests.interop.test_bad_input import RawConnection
+
+pytestmark = pytest.mark.interop
+
+INDIVIDUAL = 0
+CPU_BUDGET_S = 20.0
+"""CPU seconds a bomb may cost the broker: the bounded code needs well under one, the unbounded one spent
+tens (ack set) to thousands (1 MB consumer name)."""
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` (``/proc/<pid>/stat`` fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def peak_rss_kib(pid: int) -> int:
+    """Peak resident set size of process ``pid`` in KiB (``VmHWM``)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmHWM line")
+
+
+def assert_serves(broker) -> None:
+    """A fresh official client can produce and consume on a new topic."""
+    client = new_client(broker)
+    try:
+        topic = topic_name("alive")
+        consumer = client.subscribe(topic, "alive")
+        client.create_producer(topic).send(b"still serving")
+        assert consumer.receive(timeout_millis=10_000).data() == b"still serving"
+    finally:
+        client.close()
+
+
+def _publish_batch(broker, topic: str, count: int) -> tuple[int, int]:
+    """Publish ``count`` messages as one batch entry with the official client; its (ledger id, entry id)."""
+    client = new_client(broker)
+    try:
+        producer = client.create_producer(
+            topic, batching_enabled=True, batching_max_messages=count, batching_max_publish_delay_ms=60_000
+        )
+        ids = []
+        for i in range(count):
+            producer.send_async(f"m{i}".encode(), lambda result, msg_id: ids.append((result, msg_id)))
+        producer.flush()
+        assert len(ids) == count and all(result == pulsar.Result.Ok for result, _ in ids)
+        entries = {(m.ledger_id(), m.entry_id()) for _, m in ids}
+        assert len(entries) == 1, entries
+        return entries.pop()
+    finally:
+        client.close()
+
+
+def _subscribe(conn: RawConnection, topic: str, subscription: str, consumer_id: int, **kwargs) -> None:
+    conn.send(
+        requests.new_subscribe(
+            topic,
+            subscription,
+            kwargs.pop("sub_type", SubType.Shared),
+            consumer_id,
+            consumer_id,
+            initial_position=InitialPosition.Earliest,
+            **kwargs,
+        )
+    )
+    conn.expect(CommandType.SUCCESS)
+
+
+def _ack(conn: RawConnection, consumer_id: int, entry: tuple[int, int], words, request_id: int):
+    conn.send(requests.new_ack(consumer_id, [entry], INDIVIDUAL, request_id, ack_sets=[words]))
+    return conn.expect(CommandType.ACK_RESPONSE).command.ackResponse
+
+
+# -- 1. batch-index ack sets ---------------------------------------------------------------------------------
+
+
+def test_a_huge_ack_set_is_refused_or_cut_with_bounded_work(broker):
+    topic = topic_name("ackbomb")
+    entry = _publish_batch(broker, topic, 100)  # 100 messages: an ack set of 2 words
+    conn = RawConnection(broker.service_url)
+    try:
+        _subscribe(conn, topic, "delivered", 1)
+        conn.send(requests.new_flow(1, 1000))
+        message = conn.expect(CommandType.MESSAGE).command.message.message_id
+        assert (message.ledgerId, message.entryId) == entry
+        _subscribe(conn, topic, "not-delivered", 2)  # no FLOW: the entry is pending on no consumer
+        pid = broker.pid
+        cpu_before = cpu_seconds(pid)
+        bomb = [1] * 2_000_000  # 2 bytes a word on the wire: a 4 MB frame
+        first = _ack(conn, 1, entry, bomb, 10)
+        assert first.error == ServerError.NotAllowedError
+        assert "2000000 words for a batch of 100 messages" in first.message
+        undelivered = _ack(conn, 2, entry, bomb, 11)  # the size comes from the stored entry
+        assert undelivered.error == ServerError.NotAllowedError
+        assert "for a batch of 100 messages" in undelivered.message
+        # a legitimate partial ack (index 0 acknowledged: bits 1..99 still set), then a bomb on top of it:
+        # only the words the stored set spans are read, so it acknowledges index 1 and nothing else
+        assert not _ack(conn, 1, entry, [-2, (1 << 36) - 1], 12).HasField("error")
+        assert not _ack(conn, 1, entry, [-3, (1 << 36) - 1, *bomb], 13).HasField("error")
+        assert cpu_seconds(pid) - cpu_before < CPU_BUDGET_S
+        conn.send(requests.new_redeliver_unacknowledged_messages(1))
+        redelivered = conn.expect(CommandType.MESSAGE).command.message
+        remaining = [w & ((1 << 64) - 1) for w in redelivered.ack_set]
+        assert remaining[0] == (1 << 64) - 4  # indexes 0 and 1 acknowledged
+        assert remaining[1] == (1 << 36) - 1
+    finally:
+        conn.close()
+    assert_serves(broker)
+
+
+# -- 2. strings in PRODUCER / SUBSCRIBE -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sub_type", [SubType.Key_Shared, SubType.Failover])
+def test_a_megabyte_consumer_name_is_refused(broker, sub_type):
+    topic = topic_name("namebomb")
+    conn = RawConnection(broker.service_url)
+    try:
+        cpu_before = cpu_seconds(broker.pid)
+        conn.send(requests.new_subscribe(topic, "s", sub_type, 1, 1, consumer_name="c" * (1 << 20)))
+        error = conn.expect(CommandType.ERROR).command.error
+        assert error.request_id == 1 and error.error == ServerError.NotAllowedError
+        assert "consumer_name" in error.message and "max_name_length 1024" in error.message
+        # names at the limit are served, and each costs one pass over the name, not one per ring point
+        for consumer_id in range(2, 12):
+            name = f"{consumer_id:04d}" + "n" * 1020
+            conn.send(
+                requests.new_subscribe(topic, "s", sub_type, consumer_id, consumer_id, consumer_name=name)
+            )
+            frame = conn.next_frame()
+            while frame.type == CommandType.ACTIVE_CONSUMER_CHANGE:  # Failover tells each consumer
+                frame = conn.next_frame()
+            assert frame.type == CommandType.SUCCESS and frame.command.success.request_id == consumer_id
+        assert cpu_seconds(broker.pid) - cpu_before < CPU_BUDGET_S
+    finally:
+        conn.close()
+    assert_serves(broker)
+
+
+def test_oversized_names_and_properties_are_refused(broker):
+    topic = topic_name("strings")
+    conn = RawConnection(broker.service_url)
+    try:
+        cases = [
+            (requests.new_producer(topic, 1, 1, producer_name="p" * 1025), "producer_name"),
+            (requests.new_producer(topic, 2, 2, metadata={"k": "v" * 8193}), "metadata value"),
+            (
+                requests.new_producer(topic, 3, 3, metadata={f"k{i}": "v" for i in range(257)}),
+                "max_properties_per_command 256",
+            ),
+            (requests.new_subscribe(topic, "s" * 2000, SubType.Shared, 4, 4), "subscription of"),
+            (
+                requests.new_subscribe(topic, "s", SubType.Shared, 5, 5, metadata={"é" * 4097: "v"}),
+                "metadata key of 8194+ bytes",
+            ),
+        ]
+        for request_id, (frame, text) in enumerate(cases, start=1):
+            conn.send(frame)
+            error = conn.expect(CommandType.ERROR).command.error
+            assert error.request_id == request_id and error.error == ServerError.NotAllowedError, error
+            assert text in error.message, error.message
+        conn.send(requests.new_producer(topic, 9, 9, producer_name="p" * 1024, metadata={"k": "v" * 8192}))
+        assert conn.expect(CommandType.PRODUCER_SUCCESS).command.producer_success.producer_name == "p" * 1024
+    finally:
+        conn.close()
+    assert_serves(broker)
+
+
+def test_the_official_client_gets_not_allowed_for_a_long_subscription_name(broker):
+    client = new_client(broker)
+    try:
+        with pytest.raises(pulsar.NotAllowedError):
+            client.subscribe(topic_name("strings"), "s" * 5000)
+    finally:
+        client.close()
