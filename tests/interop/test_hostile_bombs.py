@@ -5,15 +5,21 @@ by a budget far above the linear cost and far below what the unbounded code spen
 
 from __future__ import annotations
 
+import io
 import os
+import struct
+import time
 from pathlib import Path
 
 import pulsar
 import pytest
+import zstandard
 
 from quasar.protocol import CommandType, requests
 from quasar.protocol.enums import InitialPosition, ServerError, SubType
-from tests.interop.helpers import new_client, topic_name
+from quasar.protocol.frame import encode_headers_and_payload
+from quasar.protocol.proto import PulsarApi_pb2 as pb
+from tests.interop.helpers import admin, new_client, topic_name
 from tests.interop.test_bad_input import RawConnection
 
 pytestmark = pytest.mark.interop
@@ -191,3 +197,98 @@ def test_the_official_client_gets_not_allowed_for_a_long_subscription_name(broke
             client.subscribe(topic_name("strings"), "s" * 5000)
     finally:
         client.close()
+
+
+# -- 3. decompression and batch bombs in the index's key extractor --------------------------------------------
+
+
+def _zstd_declaring(size: int) -> bytes:
+    """A ZSTD frame of ``size`` zero bytes whose header states that content size (built in 1 MiB pieces: the
+    test never holds the inflated bytes)."""
+    out = io.BytesIO()
+    writer = zstandard.ZstdCompressor(level=1).stream_writer(out, size=size, closefd=False)
+    chunk = bytes(1 << 20)
+    for _ in range(size >> 20):
+        writer.write(chunk)
+    writer.write(bytes(size & ((1 << 20) - 1)))
+    writer.close()
+    return out.getvalue()
+
+
+def _keyed_batch(count: int) -> bytes:
+    """An uncompressed batch payload of ``count`` messages with distinct keys and empty payloads."""
+    items = []
+    for i in range(count):
+        single = pb.SingleMessageMetadata(payload_size=0, partition_key=f"k{i:06d}").SerializeToString()
+        items.append(struct.pack(">I", len(single)) + single)
+    return b"".join(items)
+
+
+def _query(broker, topic: str, key: str, expected: int) -> list:
+    """The messages the admin API finds under ``key``, polled (the index is built off the event loop, on the
+    reput thread) until ``expected`` are found or 100 tries over ~10 s have passed."""
+    found: list = []
+    for _ in range(100):
+        status, found = admin(broker, "GET", f"/admin/v2/{topic.replace('://', '/')}/messages?key={key}")
+        assert status == 200, found
+        if len(found) >= expected:
+            break
+        time.sleep(0.1)
+    return found
+
+
+def _send_entry(conn: RawConnection, producer: str, sequence_id: int, payload: bytes, **metadata) -> None:
+    md = pb.MessageMetadata(producer_name=producer, sequence_id=sequence_id, publish_time=1, **metadata)
+    conn.send(requests.new_send(1, sequence_id, encode_headers_and_payload(md, payload), num_messages=1))
+    receipt = conn.expect(CommandType.SEND_RECEIPT).command.send_receipt
+    assert receipt.sequence_id == sequence_id
+
+
+def test_decompression_and_batch_bombs_are_not_inflated(broker_factory):
+    broker = broker_factory()
+    topic = topic_name("zipbomb")
+    max_size = 5 * 1024 * 1024
+    zeros_512m = _zstd_declaring(512 << 20)  # about 16 kB
+    zeros_5m = _zstd_declaring(max_size - 64)
+    keyed = _keyed_batch(300_000)  # 4.5 MB of keyed items
+    bombs = [
+        # the issue's SEND: ZSTD, uncompressed_size 2^32-1, 512 MB behind 16 kB
+        (zeros_512m, {"compression": pb.ZSTD, "uncompressed_size": 2**32 - 1, "num_messages_in_batch": 10}),
+        # a size under the limit, but the frame states 512 MB
+        (zeros_512m, {"compression": pb.ZSTD, "uncompressed_size": max_size, "num_messages_in_batch": 10}),
+        # a few hundred bytes declaring 10^6 items: more than 5 MB can hold
+        (
+            zeros_5m,
+            {"compression": pb.ZSTD, "uncompressed_size": max_size - 64, "num_messages_in_batch": 10**6},
+        ),
+        (bytes(567), {"num_messages_in_batch": 10**6}),
+        # 300,000 keys behind a few kB: indexed in part (the first 10,000)
+        (
+            zstandard.ZstdCompressor().compress(keyed),
+            {"compression": pb.ZSTD, "uncompressed_size": len(keyed), "num_messages_in_batch": 300_000},
+        ),
+    ]
+    conn = RawConnection(broker.service_url)
+    try:
+        producer = conn.create_producer(topic)
+        pid = broker.pid
+        cpu_before, rss_before = cpu_seconds(pid), peak_rss_kib(pid)
+        for sequence_id, (payload, metadata) in enumerate(bombs):
+            _send_entry(conn, producer, sequence_id, payload, **metadata)
+        _send_entry(conn, producer, 99, b"plain", partition_key="findme")
+        found = _query(broker, topic, "findme", 1)
+        assert [m["entryId"] for m in found] == [len(bombs)]  # the index went on past the bombs
+        assert len(_query(broker, topic, "k009999", 1)) == 1  # within the first 10,000 keys
+        assert _query(broker, topic, "k010000", 0) == []
+        assert peak_rss_kib(pid) - rss_before < 200 * 1024  # the 512 MB frames were never inflated
+        assert cpu_seconds(pid) - cpu_before < CPU_BUDGET_S
+    finally:
+        conn.close()
+    assert_serves(broker)
+    # a crash: recovery indexes the same entries again, and neither inflates them nor fails on them
+    broker.restart(kill=True)
+    assert peak_rss_kib(broker.pid) < rss_before + 200 * 1024
+    assert len(_query(broker, topic, "findme", 1)) == 1
+    assert_serves(broker)
+    log = broker.stderr_path.read_text() if broker.stderr_path else ""
+    assert log.count("key extractor failed") <= 1  # one line, not one per entry

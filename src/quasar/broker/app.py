@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import resource
 import socket
@@ -19,7 +20,7 @@ from pathlib import Path
 from aiohttp import web
 
 from quasar.broker.admin import build_admin_app, replication_routes
-from quasar.broker.admin.query import MESSAGE_STORE, pulsar_entry_keys
+from quasar.broker.admin.query import MAX_UNCOMPRESSED, MESSAGE_STORE, pulsar_entry_keys
 from quasar.broker.broker_service import BrokerService
 from quasar.broker.cluster.member import ClusterMember
 from quasar.broker.cluster.model import BrokerInfo, parse_advertised_listeners
@@ -223,7 +224,10 @@ class BrokerApp:
         data_dir = Path(config.data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
-        store = MessageStore(_store_config(config, data_dir / "store"), key_extractor=pulsar_entry_keys)
+        store = MessageStore(
+            _store_config(config, data_dir / "store"),
+            key_extractor=functools.partial(pulsar_entry_keys, max_uncompressed_size=config.max_message_size),
+        )
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, store.open)
         self.store = store
@@ -313,6 +317,7 @@ class BrokerApp:
         replication_routes.register(admin_app, self.replication)
         if self.replication is not None:
             service.write_refusal = self.replication.write_refusal
+        admin_app[MAX_UNCOMPRESSED] = config.max_message_size
         admin_app[MESSAGE_STORE] = store  # for the query-by-key handler (broker/admin/query.py)
         add_loop_lag_route(admin_app, self.loop_lag)
         self.loop_lag.start()
