@@ -5,8 +5,11 @@ by a budget far above the linear cost and far below what the unbounded code spen
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
+import resource
+import socket
 import struct
 import time
 from pathlib import Path
@@ -292,3 +295,136 @@ def test_decompression_and_batch_bombs_are_not_inflated(broker_factory):
     assert_serves(broker)
     log = broker.stderr_path.read_text() if broker.stderr_path else ""
     assert log.count("key extractor failed") <= 1  # one line, not one per entry
+
+
+# -- 4. running out of file descriptors is transient ---------------------------------------------------------
+
+
+def _open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def _send_until(conn: RawConnection, producer_id: int, producer: str, first_seq: int, payload: bytes):
+    """SEND one message (sequence ids from ``first_seq``) until it gets a receipt; the SEND_ERRORs it got on
+    the way (at most 50 tries, 0.2 s apart)."""
+    errors = []
+    for attempt in range(50):
+        md = pb.MessageMetadata(producer_name=producer, sequence_id=first_seq + attempt, publish_time=1)
+        conn.send(
+            requests.new_send(producer_id, first_seq + attempt, encode_headers_and_payload(md, payload))
+        )
+        frame = conn.next_frame()
+        while frame.type == CommandType.PING:
+            frame = conn.next_frame()
+        if frame.type == CommandType.SEND_RECEIPT:
+            return errors
+        assert frame.type == CommandType.SEND_ERROR, frame
+        errors.append(frame.command.send_error)
+        time.sleep(0.2)
+    raise AssertionError(f"no receipt after 50 sends: {errors[-1] if errors else None}")
+
+
+def test_running_out_of_file_descriptors_refuses_puts_only_while_it_lasts(broker_factory, tmp_path):
+    config = tmp_path / "small-segments.toml"
+    config.write_text("commit_log_file_size = 262144\nmapped_file_size_consume_queue = 6000\n")
+    broker = broker_factory(extra_args=("--config", str(config)))
+    host, port = broker.service_url.removeprefix("pulsar://").rsplit(":", 1)
+    topics = [topic_name("fds") for _ in range(3)]
+    conn = RawConnection(broker.service_url)
+    flood: list[socket.socket] = []
+    try:
+        names = [conn.create_producer(t, producer_id=i, request_id=i) for i, t in enumerate(topics[:2])]
+        assert _send_until(conn, 0, names[0], 0, b"before") == []
+        pid = broker.pid
+        soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (_open_fds(pid) + 4, hard))
+        for _ in range(40):  # a connection flood takes every descriptor left
+            with contextlib.suppress(OSError):
+                flood.append(socket.create_connection((host, int(port)), timeout=5))
+        time.sleep(1)
+        # the second topic's first put needs its consume queue file; the first topic's puts roll the
+        # 256 KiB commit log segments: each is refused with a clear error while no descriptor is free
+        refused = []
+        for i in range(8):
+            md = pb.MessageMetadata(producer_name=names[i % 2], sequence_id=1000 + i, publish_time=1)
+            conn.send(requests.new_send(i % 2, 1000 + i, encode_headers_and_payload(md, bytes(100_000))))
+            frame = conn.next_frame()
+            if frame.type == CommandType.SEND_ERROR:
+                refused.append(frame.command.send_error)
+        assert refused, "nothing was refused: the descriptors did not run out"
+        assert all(e.error == ServerError.PersistenceError for e in refused)
+        # refused for want of a descriptor (a new file), or not confirmed durable in time (the group commit
+        # retries the fsync of the directory); never reported as a full disk
+        assert {e.message.rsplit(": ", 1)[1] for e in refused} <= {
+            "CREATE_MAPPED_FILE_FAILED",
+            "FLUSH_DISK_TIMEOUT",
+        }
+        for sock in flood:
+            sock.close()
+        flood.clear()
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
+        # serving again: both producers, and a new topic
+        _send_until(conn, 0, names[0], 2000, b"after")
+        _send_until(conn, 1, names[1], 2000, b"after")
+        conn.send(requests.new_producer(topics[2], 2, 2))
+        third = conn.expect(CommandType.PRODUCER_SUCCESS).command.producer_success.producer_name
+        _send_until(conn, 2, third, 0, b"new topic")
+    finally:
+        for sock in flood:
+            sock.close()
+        conn.close()
+    assert_serves(broker)
+    log = broker.stderr_path.read_text()
+    assert "disk full" not in log and "refuses writes from now on" not in log, log[-3000:]
+
+
+# -- 5. a full disk -------------------------------------------------------------------------------------------
+
+
+def _consumer_address(broker, topic: str, subscription: str) -> str:
+    status, stats = admin(broker, "GET", f"/admin/v2/{topic.replace('://', '/')}/stats")
+    assert status == 200, stats
+    return stats["subscriptions"][subscription]["consumers"][0]["address"]
+
+
+def test_a_full_disk_closes_the_producer_and_the_official_client_backs_off(broker_factory, tmp_path):
+    vfs = os.statvfs(tmp_path)
+    if (vfs.f_blocks - vfs.f_bavail) / vfs.f_blocks < 0.40:
+        pytest.skip("the disk guard's lowest level (35 %) is above this file system's use")
+    config = tmp_path / "full.toml"
+    config.write_text(  # full at the guard's first round, 3 s after start; nothing is deleted to make room
+        "disk_space_warning_level_ratio = 35\ndisk_space_clean_forcibly_ratio = 95\n"
+        "disk_max_used_space_ratio = 95\nclean_file_forcibly_enable = false\nclean_resource_interval_ms = 3000\n"
+    )
+    broker = broker_factory(extra_args=("--config", str(config)))
+    topic = topic_name("full")
+    client = new_client(broker)
+    try:
+        consumer = client.subscribe(topic, "sub")
+        producer = client.create_producer(topic, send_timeout_millis=3000, batching_enabled=False)
+        producer.send(b"before")
+        address = _consumer_address(broker, topic, "sub")
+        for _ in range(100):
+            if "refusing writes" in broker.stderr_path.read_text():
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError("the disk guard did not turn on")
+        results: list[pulsar.Result] = []
+        for i in range(20):
+            producer.send_async(f"refused-{i}".encode(), lambda result, _msg_id: results.append(result))
+        with contextlib.suppress(pulsar.Timeout):
+            producer.flush()
+        for _ in range(100):  # the sends end at the send timeout, not in a reconnect-and-resend loop
+            if len(results) == 20:
+                break
+            time.sleep(0.1)
+        assert len(results) == 20 and set(results) == {pulsar.Result.Timeout}
+        assert consumer.receive(timeout_millis=5000).data() == b"before"
+        # the connection, with its consumer, was never dropped: only the producer was closed
+        assert _consumer_address(broker, topic, "sub") == address
+    finally:
+        client.close()
+    log = broker.stderr_path.read_text()
+    assert log.count("closing the producer") == 1  # rate-limited: one line, not one per refused put
+    assert len(log.splitlines()) < 30

@@ -15,6 +15,7 @@ import logging
 import resource
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from aiohttp import web
@@ -315,8 +316,9 @@ class BrokerApp:
 
         admin_app = build_admin_app(service)
         replication_routes.register(admin_app, self.replication)
-        if self.replication is not None:
-            service.write_refusal = self.replication.write_refusal
+        service.write_refusal = functools.partial(
+            _write_refusal, store, self.replication.write_refusal if self.replication is not None else None
+        )
         admin_app[MAX_UNCOMPRESSED] = config.max_message_size
         admin_app[MESSAGE_STORE] = store  # for the query-by-key handler (broker/admin/query.py)
         add_loop_lag_route(admin_app, self.loop_lag)
@@ -423,3 +425,17 @@ class BrokerApp:
             await self.metadata.close()
         if self.cluster_metadata is not None:
             await self.cluster_metadata.close()
+
+
+def _write_refusal(store: MessageStore, replication: Callable[[], str | None] | None) -> str | None:
+    """Why a new producer is refused now (``BrokerService.write_refusal``; answered with a retryable
+    ServiceNotReady): the disk guard is on, the store latched after an I/O failure, or replication's reason;
+    None when producers are welcome."""
+    if store.disk_full:
+        return (
+            "disk full: the broker refuses messages until disk use is below disk_space_warning_level_ratio "
+            "(retry later)"
+        )
+    if not store.writable:
+        return "the message store refuses writes after an I/O failure until the broker restarts"
+    return replication() if replication is not None else None
