@@ -14,9 +14,10 @@ from quasar.broker.key_shared import (
     ConsistentHashingSelector,
     HashRangeAutoSplitSelector,
     HashRangeExclusiveSelector,
+    ring_points,
     sticky_key_hash,
 )
-from quasar.protocol.hashing import murmur3_32
+from quasar.protocol.hashing import murmur3_32, murmur3_32_suffixes
 
 
 @dataclass(eq=False)
@@ -36,6 +37,16 @@ class FakeConsumer:
 )
 def test_murmur3_32_known_vectors(data, seed, expected):
     assert murmur3_32(data, seed) == expected
+
+
+@given(st.binary(max_size=40), st.lists(st.binary(max_size=9), max_size=5), st.integers(0, 2**32 - 1))
+def test_murmur3_over_suffixes_equals_the_hash_of_each_concatenation(prefix, suffixes, seed):
+    assert murmur3_32_suffixes(prefix, suffixes, seed) == [murmur3_32(prefix + s, seed) for s in suffixes]
+
+
+@given(st.text(max_size=30), st.integers(1, 120))
+def test_ring_points_are_pulsars_name_plus_index_hashes(name, points):
+    assert ring_points(name, points) == [sticky_key_hash(f"{name}{i}".encode()) for i in range(points)]
 
 
 def test_sticky_key_hash_is_non_negative_int32():

@@ -445,9 +445,23 @@ def plain(metadata: bytes, payload: bytes = b"") -> bytes:
         (plain(b"\x08\x01\x07"), MalformedFrameError, "MessageMetadata: invalid tag at byte 2"),
         (plain(b"\x32\x01\xff"), MalformedFrameError, "MessageMetadata partition_key is not valid UTF-8"),
         (plain(f_varint(11, -1)), MalformedBatchError, "negative message count -1"),
-        (plain(f_varint(11, 1), b"\x00\x00"), MalformedBatchError, "batch item 0 of 1: no room"),
         (
-            plain(f_varint(11, 1), b"\x00\x00\x00\x09"),
+            plain(f_varint(11, 1), b"\x00\x00"),
+            MalformedBatchError,
+            "num_messages_in_batch 1 cannot fit in 2 bytes \\(a batch item takes at least 6\\)",
+        ),
+        (
+            plain(f_varint(11, 10**6), b"\x00\x00\x00\x02\x18\x00" * 1000),
+            MalformedBatchError,
+            "num_messages_in_batch 1000000 cannot fit in 6000 bytes",
+        ),
+        (
+            plain(f_varint(11, 2), b"\x00\x00\x00\x02\x18\x04abcd\x00\x00"),
+            MalformedBatchError,
+            "batch item 1 of 2: no room",
+        ),
+        (
+            plain(f_varint(11, 1), b"\x00\x00\x00\x09\x18\x00"),
             MalformedBatchError,
             "batch item 0: metadata size 9 runs",
         ),
@@ -525,7 +539,7 @@ def test_count_mismatch_and_leftovers():
     data = frame_batch([(f_varint(3, 1), b"a"), (f_varint(3, 1) + f_bytes(2, "k"), b"b")])
     for impl in (_entry_keys_c, _entry_keys_py):
         assert impl.batch_keys(data, 2) == ["k"]
-        with pytest.raises(MalformedBatchError, match="batch item 2 of 3: no room"):
+        with pytest.raises(MalformedBatchError, match="num_messages_in_batch 3 cannot fit in 17 bytes"):
             impl.batch_keys(data, 3)
         with pytest.raises(MalformedBatchError, match="10 bytes left over after 1 batch items"):
             impl.batch_keys(data, 1)

@@ -306,3 +306,16 @@ def test_arbitrary_compressed_data_decompresses_or_raises(
         return
     if kind is not CompressionType.NONE:
         assert len(result) == size
+
+
+@given(st.lists(I64 | U64, max_size=40), st.integers(0, 3000))
+def test_ack_set_conversions_match_the_word_by_word_definition(words, size):
+    from quasar.protocol.ack_set import ack_set_bits, ack_set_words
+
+    expected = 0
+    for i, word in enumerate(words):
+        expected |= (word & (2**64 - 1)) << (64 * i)
+    assert ack_set_bits(words) == expected
+    count = max((expected.bit_length() + 63) // 64, (size + 63) // 64, 1 if size else 0)
+    reference = [((expected >> (64 * i)) & (2**64 - 1)) for i in range(count)]
+    assert ack_set_words(expected, size) == [w - 2**64 if w >= 2**63 else w for w in reference]

@@ -60,7 +60,7 @@ def _bodies(store: MessageStore, topic: str) -> list[bytes]:
     return [bytes(m.body) for m in store.get(topic, 0, 0, 10_000, 10**9).messages]
 
 
-@pytest.mark.parametrize("code", [errno.EMFILE, errno.ENFILE])
+@pytest.mark.parametrize("code", [errno.EMFILE, errno.ENFILE, errno.ENOMEM])
 @pytest.mark.parametrize("batch", [False, True], ids=["put", "put_batch"])
 def test_too_many_open_files_for_a_new_consume_queue_is_transient(
     root: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, code: int, batch: bool
@@ -76,8 +76,9 @@ def test_too_many_open_files_for_a_new_consume_queue_is_transient(
             else store.put(OTHER, 0, b"refused").status
         )
     assert failed and status is PutStatus.CREATE_MAPPED_FILE_FAILED
-    assert "put refused, too many open files" in caplog.text and "disk full" not in caplog.text
-    assert (store.open_files_refusals, store.disk_full_refusals) == (1, 0)
+    reason = "out of memory" if code == errno.ENOMEM else "too many open files"
+    assert f"put refused, {reason}" in caplog.text and "disk full" not in caplog.text
+    assert (store.open_files_refusals, store.disk_full_refusals) == (int(code != errno.ENOMEM), 0)
     assert store.writable and not store.disk_full  # nothing latched
     assert store.max_commit_log_offset == end and store.max_queue_offset(OTHER, 0) == 0  # nothing written
     accepted = store.put(OTHER, 0, b"accepted")  # descriptors are available again: the next put goes in
@@ -155,15 +156,17 @@ def test_refusals_are_logged_at_most_once_a_second(
 # -- flush rounds ----------------------------------------------------------------------------------------------
 
 
-def _fail_directory_opens_under(monkeypatch: pytest.MonkeyPatch, part: str, times: int) -> list[str]:
+def _fail_directory_opens_under(
+    monkeypatch: pytest.MonkeyPatch, part: str, times: int, code: int = errno.EMFILE
+) -> list[str]:
     """Make the next ``times`` opens of a directory whose path contains ``part`` (``fsync_dir``) fail with
-    EMFILE; returns the list the failed paths are appended to."""
+    ``code``; returns the list the failed paths are appended to."""
     failed: list[str] = []
 
     def failing_open(path: Any, flags: int, mode: int = 0o777, *args: Any, **kwargs: Any) -> int:
         if part in str(path) and len(failed) < times and os.path.isdir(path):
             failed.append(str(path))
-            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE), str(path))
+            raise OSError(code, os.strerror(code), str(path))
         return _real_open(path, flags, mode, *args, **kwargs)
 
     monkeypatch.setattr(os, "open", failing_open)
@@ -178,18 +181,22 @@ async def _until(condition: Callable[[], bool]) -> None:
     raise AssertionError("condition not met within 5 s")
 
 
+@pytest.mark.parametrize(
+    ("code", "reason"), [(errno.EMFILE, "too many open files"), (errno.ENOMEM, "out of memory")]
+)
 async def test_group_commit_retries_a_directory_fsync_without_descriptors(
-    root: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    root: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, code: int, reason: str
 ):
     store = open_store(root)
     await store.start()
-    failed = _fail_directory_opens_under(monkeypatch, "commitlog", times=3)
+    failed = _fail_directory_opens_under(monkeypatch, "commitlog", times=3, code=code)
     with caplog.at_level(logging.ERROR, logger="quasar.storage"):
         results = [await store.put_and_wait(TOPIC, 0, body_for(i)) for i in range(100)]  # rolls segments
     assert {r.status for r in results} == {PutStatus.PUT_OK}
     group_commit = store._flusher.group_commit
     assert group_commit is not None and len(failed) == 3 and group_commit.open_files_retries.count == 3
-    assert "too many open files, the flush is retried" in caplog.text and store.writable
+    assert f"{reason}, the flush is retried" in caplog.text and store.writable
+    assert "refuses writes" not in caplog.text and "disk full" not in caplog.text
     await store.close()
     store = open_store(root)
     assert _bodies(store, TOPIC) == [body_for(i) for i in range(100)]

@@ -12,16 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import resource
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from aiohttp import web
 
 from quasar.broker.admin import build_admin_app, replication_routes
-from quasar.broker.admin.query import MESSAGE_STORE, pulsar_entry_keys
+from quasar.broker.admin.query import MAX_UNCOMPRESSED, MESSAGE_STORE, pulsar_entry_keys
 from quasar.broker.auth import build_broker_security
 from quasar.broker.broker_service import BrokerService
 from quasar.broker.cluster.member import ClusterMember
@@ -254,7 +256,10 @@ class BrokerApp:
         data_dir = Path(config.data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
-        store = MessageStore(_store_config(config, data_dir / "store"), key_extractor=pulsar_entry_keys)
+        store = MessageStore(
+            _store_config(config, data_dir / "store"),
+            key_extractor=functools.partial(pulsar_entry_keys, max_uncompressed_size=config.max_message_size),
+        )
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, store.open)
         self.store = store
@@ -358,8 +363,10 @@ class BrokerApp:
 
         admin_app = build_admin_app(service, max_request_size=config.http_max_request_size)
         replication_routes.register(admin_app, self.replication)
-        if self.replication is not None:
-            service.write_refusal = self.replication.write_refusal
+        service.write_refusal = functools.partial(
+            _write_refusal, store, self.replication.write_refusal if self.replication is not None else None
+        )
+        admin_app[MAX_UNCOMPRESSED] = config.max_message_size
         admin_app[MESSAGE_STORE] = store  # for the query-by-key handler (broker/admin/query.py)
         add_loop_lag_route(admin_app, self.loop_lag)
         self.loop_lag.start()
@@ -471,3 +478,17 @@ class BrokerApp:
             await self.metadata.close()
         if self.cluster_metadata is not None:
             await self.cluster_metadata.close()
+
+
+def _write_refusal(store: MessageStore, replication: Callable[[], str | None] | None) -> str | None:
+    """Why a new producer is refused now (``BrokerService.write_refusal``; answered with a retryable
+    ServiceNotReady): the disk guard is on, the store latched after an I/O failure, or replication's reason;
+    None when producers are welcome."""
+    if store.disk_full:
+        return (
+            "disk full: the broker refuses messages until disk use is below disk_space_warning_level_ratio "
+            "(retry later)"
+        )
+    if not store.writable:
+        return "the message store refuses writes after an I/O failure until the broker restarts"
+    return replication() if replication is not None else None

@@ -35,6 +35,9 @@ _POSITIVE = (
     "max_pending_publish_requests_per_connection",
     "http_max_request_size",
     "broker_service_compaction_monitor_interval_in_seconds",
+    "max_name_length",
+    "max_property_length",
+    "max_properties_per_command",
 )
 """Settings that must be > 0."""
 _NON_NEGATIVE = (
@@ -152,6 +155,11 @@ class BrokerConfig:
       (OpenSSL names for TLS <= 1.2; empty = defaults), ``tls_cert_refresh_check_duration_sec`` (300: how
       often the files are checked and reloaded when changed). A list may also be given as one
       comma-separated string (as in broker.conf).
+    - hardening (no Pulsar setting: Pulsar leaves these unbounded): ``max_name_length`` (1024 UTF-8 bytes)
+      bounds the producer, subscription and consumer names of PRODUCER / SUBSCRIBE,
+      ``max_property_length`` (8192 bytes) each key and value of their metadata and subscription
+      properties, ``max_properties_per_command`` (256) how many there are; a longer or larger one is
+      refused with NotAllowedError before any work on it (quasar.broker.cnx.string_limits).
     """
 
     host: str = "127.0.0.1"
@@ -277,6 +285,10 @@ class BrokerConfig:
     tls_protocols: tuple[str, ...] = ()
     tls_ciphers: tuple[str, ...] = ()
     tls_cert_refresh_check_duration_sec: float = 300.0
+    # Hardening
+    max_name_length: int = 1024
+    max_property_length: int = 8192
+    max_properties_per_command: int = 256
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535 or not 0 <= self.admin_port <= 65535:

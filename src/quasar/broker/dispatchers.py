@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from quasar.broker.delayed import DelayedDeliveryTracker
 from quasar.broker.errors import ConsumerBusyError
-from quasar.broker.key_shared import KeySharedMeta, sticky_key_hash
+from quasar.broker.key_shared import KeySharedMeta, ring_points, sticky_key_hash
 from quasar.protocol.enums import SubType
 from quasar.protocol.metadata import entry_dispatch_info
 
@@ -183,8 +183,8 @@ def failover_ring_pick(consumers: Sequence[_C], topic_name: str) -> _C:
     of 100 points per consumer at ``murmur3(consumer_name + str(j))``; the ceiling of ``murmur3(topic)``."""
     ring: dict[int, int] = {}
     for index, consumer in enumerate(consumers):
-        for j in range(FAILOVER_RING_REPLICAS):
-            ring[sticky_key_hash(f"{consumer.consumer_name}{j}".encode())] = index
+        for point in ring_points(consumer.consumer_name, FAILOVER_RING_REPLICAS):
+            ring[point] = index
     target = sticky_key_hash(topic_name.encode())
     points = sorted(ring)
     at = bisect.bisect_left(points, target)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from quasar.broker.errors import ConsumerAssignError
-from quasar.protocol.hashing import murmur3_32
+from quasar.protocol.hashing import murmur3_32, murmur3_32_suffixes
 
 if TYPE_CHECKING:
     from quasar.broker.consumer import Consumer
@@ -41,6 +41,7 @@ __all__ = [
     "KeySharedMode",
     "StickyKeySelector",
     "new_selector",
+    "ring_points",
     "sticky_key_hash",
 ]
 
@@ -72,6 +73,13 @@ def sticky_key_hash(key: bytes) -> int:
     return murmur3_32(key) & 0x7FFFFFFF
 
 
+def ring_points(consumer_name: str, points: int) -> list[int]:
+    """The ``points`` ring points of a consumer, ``sticky_key_hash((consumer_name + str(i)).encode())`` for
+    i in 0..points-1 (Pulsar's consistent-hashing and Failover rings), reading the name once."""
+    hashes = murmur3_32_suffixes(consumer_name.encode(), (str(i).encode() for i in range(points)))
+    return [h & 0x7FFFFFFF for h in hashes]
+
+
 class StickyKeySelector(Protocol):
     """Maps a sticky-key hash to a consumer."""
 
@@ -93,8 +101,7 @@ class ConsistentHashingSelector:
         self._keys: list[int] = []
 
     def add_consumer(self, consumer: Consumer, ranges: Sequence[tuple[int, int]] = ()) -> None:
-        for i in range(self._points):
-            point = sticky_key_hash(f"{consumer.consumer_name}{i}".encode())
+        for point in ring_points(consumer.consumer_name, self._points):
             holders = self._ring.get(point)
             if holders is None:
                 self._ring[point] = [consumer]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -44,6 +45,39 @@ log = logging.getLogger(__name__)
 _REPLICAS_UNAVAILABLE = frozenset({"SLAVE_NOT_AVAILABLE", "FLUSH_SLAVE_TIMEOUT"})
 """Store statuses of a SYNC_MASTER whose replicas did not take an entry (quasar.replication): answered by closing
 the producer, not with SEND_ERROR."""
+
+_STORE_REFUSES = frozenset({"SERVICE_NOT_AVAILABLE"})
+"""The store refuses every put (the disk is full, or an I/O failure latched it): answered by closing the
+producer, not with SEND_ERROR. The C++ client answers any SEND_ERROR but ChecksumError by closing the whole
+connection (consumers too) and resending at once, a loop of about ten a second for as long as the disk stays
+full; after CLOSE_PRODUCER it re-creates that producer alone, with its backoff (100 ms doubling to 60 s),
+and the broker refuses the new PRODUCER with a retryable ServiceNotReady while the store refuses writes
+(``BrokerService.write_refusal``); pending sends fail at the client's send timeout."""
+
+REFUSAL_LOG_INTERVAL_S = 10.0
+"""Producers closed because the store refuses writes are logged at most once per this many seconds, with a
+count of the ones in between (the log may be on the full disk)."""
+
+
+class _RateLimitedLog:
+    """One warning per :data:`REFUSAL_LOG_INTERVAL_S` at most, saying how many were suppressed since."""
+
+    def __init__(self) -> None:
+        self._log_after = 0.0
+        self._suppressed = 0
+
+    def warning(self, message: str, *args: object) -> None:
+        now = time.monotonic()
+        if now < self._log_after:
+            self._suppressed += 1
+            return
+        self._log_after = now + REFUSAL_LOG_INTERVAL_S
+        suffix = f" ({self._suppressed} more since the last such line)" if self._suppressed else ""
+        self._suppressed = 0
+        log.warning(message + suffix, *args)
+
+
+_refusal_log = _RateLimitedLog()
 
 
 class ProducerConnection(Protocol):
@@ -233,10 +267,11 @@ class Producer:
                 assert op.position is not None
                 cnx.send_receipt(self.producer_id, op.sequence_id, op.highest_sequence_id, op.position)
                 continue
-            if getattr(error, "status", None) in _REPLICAS_UNAVAILABLE:
+            status = getattr(error, "status", None)
+            if status in _REPLICAS_UNAVAILABLE or status in _STORE_REFUSES:
                 # a Pulsar client answers SEND_ERROR by closing the whole connection, consumers included;
                 # CLOSE_PRODUCER makes it reconnect this producer alone and resend what has no receipt
-                log.warning(
+                _refusal_log.warning(
                     "%s: %s; closing the producer %s", self.topic.name.full_name, error, self.producer_name
                 )
                 self.fence()

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -165,18 +166,19 @@ _WORD = (1 << 64) - 1
 
 
 def _to_words(bits: int) -> list[int]:
-    return [(bits >> (64 * i)) & _WORD for i in range((bits.bit_length() + 63) // 64)]
+    """``bits`` as unsigned 64-bit words, least significant first; linear (one pass through bytes)."""
+    count = (bits.bit_length() + 63) // 64
+    return list(struct.unpack(f"<{count}Q", bits.to_bytes(8 * count, "little")))
 
 
 def _from_words(words: Any) -> int:
+    """The bit set of stored unsigned 64-bit ``words``; linear. Raises ValueError for anything else."""
     if not isinstance(words, list):
         raise ValueError(f"bad batch-index words {words!r}")
-    bits = 0
-    for i, word in enumerate(words):
+    for word in words:
         if not _is_int(word) or not 0 <= word <= _WORD:
             raise ValueError(f"bad batch-index word {word!r}")
-        bits |= word << (64 * i)
-    return bits
+    return int.from_bytes(struct.pack(f"<{len(words)}Q", *words), "little")
 
 
 class CursorStore:

@@ -48,6 +48,7 @@ enum {
     EK_METADATA_KEY_UTF8,
     /* MalformedBatchError */
     EK_NEGATIVE_COUNT,
+    EK_COUNT_TOO_LARGE,
     EK_ITEM_NO_ROOM,
     EK_ITEM_METADATA_SIZE,
     EK_ITEM_PB,
@@ -85,6 +86,10 @@ typedef struct {
     int has_num_messages;
     int encrypted;
 } ek_meta;
+
+/* The smallest batch item: a 4-byte metadata size and a SingleMessageMetadata holding only payload_size
+ * (tag and a one-byte varint), with an empty payload. A batch of `size` bytes holds at most size / 6 items. */
+#define EK_MIN_ITEM_SIZE 6
 
 static PyObject *MalformedFrameError;
 static PyObject *MalformedBatchError;
@@ -180,6 +185,11 @@ static int walk_batch(const uint8_t *base, size_t off, size_t size, long long co
     e->count = count;
     if (count < 0) {
         e->code = EK_NEGATIVE_COUNT;
+        return -1;
+    }
+    if ((unsigned long long)count > size / EK_MIN_ITEM_SIZE) { /* refused before any work on the items */
+        e->code = EK_COUNT_TOO_LARGE;
+        e->a = (long long)size;
         return -1;
     }
     for (long long index = 0; index < count; index++) {
@@ -364,6 +374,11 @@ static PyObject *raise_error(const ek_error *e) {
         break;
     case EK_NEGATIVE_COUNT:
         PyErr_Format(MalformedBatchError, "negative message count %lld", e->count);
+        break;
+    case EK_COUNT_TOO_LARGE:
+        PyErr_Format(MalformedBatchError,
+                     "num_messages_in_batch %lld cannot fit in %lld bytes (a batch item takes at least %d)",
+                     e->count, e->a, EK_MIN_ITEM_SIZE);
         break;
     case EK_ITEM_NO_ROOM:
         PyErr_Format(MalformedBatchError, "batch item %lld of %lld: no room for its metadata size", e->index,

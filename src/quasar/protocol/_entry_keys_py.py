@@ -18,7 +18,12 @@ import struct
 
 from .errors import MalformedBatchError, MalformedFrameError
 
-__all__ = ["batch_keys", "scan_entry"]
+__all__ = ["MIN_BATCH_ITEM_SIZE", "batch_keys", "scan_entry"]
+
+MIN_BATCH_ITEM_SIZE = 6
+"""Bytes of the smallest batch item: a 4-byte metadata size and a SingleMessageMetadata holding only
+``payload_size`` (tag and a one-byte varint), with an empty payload; a batch of n bytes holds n // 6 items
+at most (the C twin's ``EK_MIN_ITEM_SIZE``)."""
 
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
@@ -196,6 +201,11 @@ def _walk_batch(buf: memoryview, off: int, size: int, count: int, keys: list[str
     """Append the partition keys of ``count`` batch items in ``buf[off:off + size]`` to ``keys``."""
     if count < 0:
         raise MalformedBatchError(f"negative message count {count}")
+    if count > size // MIN_BATCH_ITEM_SIZE:  # refused before any work on the items
+        raise MalformedBatchError(
+            f"num_messages_in_batch {count} cannot fit in {size} bytes "
+            f"(a batch item takes at least {MIN_BATCH_ITEM_SIZE})"
+        )
     end_of_payload = off + size
     pos = off
     for index in range(count):

@@ -7,6 +7,7 @@ one non-negative int; these helpers convert between that int and the signed word
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterable
 
 __all__ = ["INT64_MAX", "ack_set_bits", "ack_set_words", "to_int64"]
@@ -30,12 +31,14 @@ def ack_set_words(bits: int, size: int = 0) -> list[int]:
     if bits < 0:
         raise ValueError(f"an ack set is a non-negative bit set, got {bits}")
     count = max((bits.bit_length() + 63) // 64, (size + 63) // 64, 1 if size else 0)
-    return [to_int64((bits >> (64 * i)) & _WORD) for i in range(count)]
+    # one conversion through bytes: linear in the set's length (shifting the whole int per word is quadratic)
+    return list(struct.unpack(f"<{count}q", bits.to_bytes(8 * count, "little")))
 
 
 def ack_set_bits(words: Iterable[int]) -> int:
-    """Wire ack-set words (int64, possibly negative) as one non-negative bit set."""
-    bits = 0
-    for i, word in enumerate(words):
-        bits |= (word & _WORD) << (64 * i)
-    return bits
+    """Wire ack-set words (int64, possibly negative) as one non-negative bit set.
+
+    Linear in the number of words (one pass through bytes); a word is taken modulo 2**64, so unsigned words
+    read the same."""
+    values = [word & _WORD for word in words]
+    return int.from_bytes(struct.pack(f"<{len(values)}Q", *values), "little")

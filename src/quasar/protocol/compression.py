@@ -80,6 +80,17 @@ def compress(compression: CompressionType | int, data: bytes | memoryview) -> by
     return compressed
 
 
+def _snappy_length(data: bytes | memoryview) -> int:
+    """The uncompressed length a raw snappy block starts with (a little-endian base-128 varint of at most
+    5 bytes); -1 when there is none."""
+    value = 0
+    for index, byte in enumerate(bytes(data[:5])):
+        value |= (byte & 0x7F) << (7 * index)
+        if byte < 0x80:
+            return value
+    return -1
+
+
 def decompress(compression: CompressionType | int, data: bytes | memoryview, uncompressed_size: int) -> bytes:
     """Decompress a payload produced by any Pulsar client.
 
@@ -92,8 +103,13 @@ def decompress(compression: CompressionType | int, data: bytes | memoryview, unc
     Returns:
         The uncompressed bytes.
 
+    Bounded: no codec allocates more than ``uncompressed_size`` bytes (plus one for zlib), whatever the
+    compressed bytes declare (a ZSTD frame header's content size or a SNAPPY length prefix is checked
+    against it first), so callers bound the memory by checking ``uncompressed_size`` before calling.
+
     Raises:
-        CompressionError: unknown type, negative size, corrupt input, or output of another length.
+        CompressionError: unknown type, negative size, corrupt input, a declared length or an output of
+            another length.
     """
     kind = _check_type(compression)
     if kind is CompressionType.NONE:
@@ -110,8 +126,20 @@ def decompress(compression: CompressionType | int, data: bytes | memoryview, unc
             if not decompressor.eof:
                 raise CompressionError("zlib stream is truncated or longer than uncompressed_size")
         elif kind is CompressionType.ZSTD:
+            # a frame that states its content size is inflated to that size whatever max_output_size says:
+            # check it first, so a 16 kB frame cannot announce gigabytes
+            declared = zstandard.frame_content_size(data)
+            if declared not in (-1, uncompressed_size):
+                raise CompressionError(
+                    f"ZSTD frame declares {declared} bytes, expected uncompressed_size {uncompressed_size}"
+                )
             result = _zstd_decompressor.decompress(data, max_output_size=uncompressed_size)
         else:
+            declared = _snappy_length(data)  # the buffer is allocated at this size before anything is read
+            if declared != uncompressed_size:
+                raise CompressionError(
+                    f"SNAPPY block declares {declared} bytes, expected uncompressed_size {uncompressed_size}"
+                )
             result = snappy.uncompress(bytes(data))
     except CompressionError:
         raise

@@ -11,6 +11,10 @@ for a compressed batch it returns the codec, and this module decompresses (the c
 :mod:`quasar.protocol.compression`), after checking ``uncompressed_size`` against a limit, and hands the
 result back to the twin's ``batch_keys``.
 
+Bounded work: nothing is inflated past ``max_uncompressed_size`` (the broker passes its
+``max_message_size``), and a batch declaring more items than its (uncompressed) bytes can hold, at 6 bytes
+per item at least, is refused before its items are read, so the cost of an entry is linear in its bytes.
+
 What is checked: the header layout and sizes, the protobuf wire format of the MessageMetadata and of each
 SingleMessageMetadata (not of sub-messages such as properties), ``payload_size`` present and inside the
 payload, the item count, no bytes left over, and UTF-8 in every key. Required fields of the
@@ -21,8 +25,9 @@ from __future__ import annotations
 
 from quasar.native import load_twin
 
+from ._entry_keys_py import MIN_BATCH_ITEM_SIZE
 from .compression import decompress
-from .errors import CompressionError
+from .errors import CompressionError, MalformedBatchError
 from .frame import DEFAULT_MAX_MESSAGE_SIZE
 
 __all__ = ["MAX_UNCOMPRESSED_SIZE", "entry_keys"]
@@ -52,9 +57,10 @@ def entry_keys(
     Raises:
         MalformedFrameError: a header or the metadata runs past the end, the MessageMetadata is unparsable,
             or its partition key is not UTF-8.
-        MalformedBatchError: the batch does not split into ``num_messages_in_batch`` items (sizes past the
-            end, an unparsable SingleMessageMetadata or one without ``payload_size``, a key that is not
-            UTF-8, bytes left over).
+        MalformedBatchError: the batch does not split into ``num_messages_in_batch`` items (more items
+            than its bytes can hold at 6 bytes each, refused before any is read or anything inflated; sizes
+            past the end, an unparsable SingleMessageMetadata or one without ``payload_size``, a key that is
+            not UTF-8, bytes left over).
         CompressionError: ``uncompressed_size`` above ``max_uncompressed_size``, or the payload does not
             decompress to it.
     """
@@ -63,6 +69,13 @@ def entry_keys(
         if uncompressed_size > max_uncompressed_size:
             raise CompressionError(
                 f"uncompressed_size {uncompressed_size} is above the limit of {max_uncompressed_size} bytes"
+            )
+        if (
+            count > uncompressed_size // MIN_BATCH_ITEM_SIZE
+        ):  # checked before inflating, as the twins do after
+            raise MalformedBatchError(
+                f"num_messages_in_batch {count} cannot fit in {uncompressed_size} bytes "
+                f"(a batch item takes at least {MIN_BATCH_ITEM_SIZE})"
             )
         payload = decompress(compression, memoryview(body).cast("B")[payload_start:], uncompressed_size)
         keys.extend(_impl.batch_keys(payload, count))

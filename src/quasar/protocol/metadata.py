@@ -20,13 +20,14 @@ Batch detection is the *presence* of ``num_messages_in_batch`` (the C++ consumer
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError, EncodeError
 
 from quasar.native import load_twin
 
+from ._entry_keys_py import MIN_BATCH_ITEM_SIZE
 from ._layout import split_headers
 from ._pb import find_invalid_utf8, missing_required_fields
 from .errors import LocalProtocolError, MalformedBatchError, MalformedFrameError
@@ -37,6 +38,7 @@ __all__ = [
     "decode_batch",
     "encode_batch",
     "entry_dispatch_info",
+    "iter_batch",
     "num_messages",
     "parse_headers_and_payload",
 ]
@@ -173,12 +175,23 @@ def decode_batch(payload: bytes | memoryview, count: int) -> list[tuple[SingleMe
         MalformedBatchError: a size runs past the payload, a SingleMessageMetadata is unparsable or lacks
             payload_size, a negative size, a negative ``count``, or bytes left over after ``count`` items.
     """
+    return list(iter_batch(payload, count))
+
+
+def iter_batch(payload: bytes | memoryview, count: int) -> Iterator[tuple[SingleMessageMetadata, memoryview]]:
+    """:func:`decode_batch` one item at a time (memory for one item, whatever ``count``); raises the same
+    errors when the bad item is reached (a ``count`` that the payload's bytes cannot hold, 6 bytes per item
+    at least, before the first)."""
     if count < 0:
         raise MalformedBatchError(f"negative message count {count}")
     view = payload if isinstance(payload, memoryview) else memoryview(payload)
     size = len(view)
+    if count > size // MIN_BATCH_ITEM_SIZE:
+        raise MalformedBatchError(
+            f"num_messages_in_batch {count} cannot fit in {size} bytes "
+            f"(a batch item takes at least {MIN_BATCH_ITEM_SIZE})"
+        )
     pos = 0
-    items: list[tuple[SingleMessageMetadata, memoryview]] = []
     for index in range(count):
         if size - pos < 4:
             raise MalformedBatchError(f"batch item {index} of {count}: no room for its metadata size")
@@ -202,7 +215,6 @@ def decode_batch(payload: bytes | memoryview, count: int) -> list[tuple[SingleMe
         if item_size < 0 or end + item_size > size:
             raise MalformedBatchError(f"batch item {index}: payload_size {item_size} runs past the payload")
         pos = end + item_size
-        items.append((single, view[end:pos]))
+        yield single, view[end:pos]
     if pos != size:
         raise MalformedBatchError(f"{size - pos} bytes left over after {count} batch items")
-    return items

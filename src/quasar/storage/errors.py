@@ -29,9 +29,31 @@ NO_FILE_DESCRIPTOR_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE})
 stopped by one is refused with CREATE_MAPPED_FILE_FAILED, a flush round is retried; neither latches."""
 
 
+OUT_OF_MEMORY_ERRNOS = frozenset({errno.ENOMEM})
+"""No memory for a mapping or a kernel buffer (ENOMEM, e.g. ``mmap`` of a new segment under RLIMIT_AS):
+transient like :data:`NO_FILE_DESCRIPTOR_ERRNOS`, with the same treatment."""
+
+TRANSIENT_ERRNOS = NO_FILE_DESCRIPTOR_ERRNOS | OUT_OF_MEMORY_ERRNOS
+"""Errors of the process's resources, not of the store's files: a put they stop is refused, a flush round
+they stop is retried, and the store serves again once they clear. Only genuine I/O errors (EIO, a torn
+file) latch the store into refusing writes; ENOSPC is the disk guard's, which lifts once space is freed."""
+
+
 def is_out_of_file_descriptors(exc: BaseException) -> bool:
     """True for an OSError whose errno is in :data:`NO_FILE_DESCRIPTOR_ERRNOS`."""
     return isinstance(exc, OSError) and exc.errno in NO_FILE_DESCRIPTOR_ERRNOS
+
+
+def transient_reason(exc: BaseException) -> str | None:
+    """``"too many open files"`` or ``"out of memory"`` for an OSError whose errno is in
+    :data:`TRANSIENT_ERRNOS`; None for anything else."""
+    if not isinstance(exc, OSError):
+        return None
+    if exc.errno in NO_FILE_DESCRIPTOR_ERRNOS:
+        return "too many open files"
+    if exc.errno in OUT_OF_MEMORY_ERRNOS:
+        return "out of memory"
+    return None
 
 
 class StorageError(QuasarError):

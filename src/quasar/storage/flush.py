@@ -33,7 +33,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from quasar.storage.errors import is_out_of_file_descriptors
+from quasar.storage.errors import transient_reason
 from quasar.storage.status import PutStatus
 
 log = logging.getLogger(__name__)
@@ -120,8 +120,9 @@ class ServiceThread:
 
 
 class OpenFilesRetries:
-    """Counts and logs flush rounds that failed for want of a file descriptor (EMFILE / ENFILE), which the
-    flush services retry instead of refusing writes; one error line per second at most."""
+    """Counts and logs flush rounds that failed for want of a process resource, a file descriptor (EMFILE /
+    ENFILE) or memory (ENOMEM), which the flush services retry instead of refusing writes; one error line per
+    second at most."""
 
     def __init__(self, name: str) -> None:
         self._name = name
@@ -130,16 +131,16 @@ class OpenFilesRetries:
         """Rounds retried (statistics, tests)."""
 
     def retry(self, exc: BaseException) -> bool:
-        """True (counted and logged) when ``exc`` is too many open files: the caller retries the round."""
-        if not is_out_of_file_descriptors(exc):
+        """True (counted and logged) when ``exc`` is transient (errno in ``TRANSIENT_ERRNOS``): the caller
+        retries the round."""
+        reason = transient_reason(exc)
+        if reason is None:
             return False
         self.count += 1
         now = time.monotonic()
         if now >= self._log_after:
             self._log_after = now + OPEN_FILES_LOG_INTERVAL_S
-            log.error(
-                "%s: too many open files, the flush is retried (%d so far): %s", self._name, self.count, exc
-            )
+            log.error("%s: %s, the flush is retried (%d so far): %s", self._name, reason, self.count, exc)
         return True
 
 
@@ -295,7 +296,7 @@ class PeriodicFlushService(ServiceThread):
     """Calls ``action(least_pages)`` every ``interval_ms`` and with ``least_pages=0`` ("thorough") at least
     every ``thorough_interval_ms`` (RocketMQ ``FlushRealTimeService`` / ``FlushConsumeQueueService``). An
     OSError from the action (any exception) is logged and reported to ``on_error``, and the service stops,
-    except too many open files (EMFILE / ENFILE), retried at the next round (:class:`OpenFilesRetries`).
+    except a transient error (EMFILE / ENFILE / ENOMEM), retried at the next round (:class:`OpenFilesRetries`).
     """
 
     def __init__(

@@ -38,6 +38,17 @@ log = logging.getLogger(__name__)
 KeyExtractor = Callable[[str, memoryview], Iterable[str]]
 """``key_extractor(topic, body) -> keys``: message keys found in a record's body (e.g. Pulsar metadata)."""
 
+MAX_KEYS_PER_RECORD = 10_000
+"""Keys indexed per record at most (the first ones, in order). Bounds the reput thread's work per record: a
+Pulsar batch of tiny keyed messages, e.g. a 500-byte ZSTD entry inflating to 5 MB, can carry 350,000 keys,
+about a second of CPU each time it is indexed (and again at every recovery). Pulsar's producers batch at
+most 1,000 messages by default; a record with more keys is indexed in part and counted in
+``keys_dropped`` (logged at most once a minute)."""
+
+EXTRACTOR_LOG_INTERVAL_S = 60.0
+"""A key extractor failure or a record cut to :data:`MAX_KEYS_PER_RECORD` is logged at most once per this
+many seconds, with the number of records affected since the last line (a client can send many)."""
+
 MAX_MSGS_NUM_BATCH = 64
 """RocketMQ ``maxMsgsNumBatch``: a query returns at most this many offsets."""
 
@@ -69,6 +80,11 @@ class IndexService:
         self.last_indexed_offset = -1
         """Commit log offset of the newest indexed record (-1: none); records at or below are skipped."""
         self.extractor_errors = 0
+        """Records whose key extractor raised (indexed without the extractor's keys)."""
+        self.keys_dropped = 0
+        """Records indexed with only their first :data:`MAX_KEYS_PER_RECORD` keys."""
+        self._log_after: dict[str, float] = {}
+        self._unlogged: dict[str, int] = {}
         self.directory_was_missing = False
         """Set by :meth:`load`: the ``index`` directory was not there (lost, or a new store)."""
 
@@ -163,16 +179,39 @@ class IndexService:
         if extractor is not None and request.body is not None:
             try:
                 keys.extend(k for k in extractor(request.topic, request.body) if k)
-            except Exception:  # the application's extractor: a bad body must not stop indexing of the others
+            except Exception as exc:  # noqa: BLE001 - the application's extractor: a bad body skips only its keys
                 self.extractor_errors += 1
-                log.warning(
-                    "index: key extractor failed on commit log offset %d",
+                self._log_rarely(
+                    "extractor",
+                    "index: the key extractor failed on commit log offset %d, indexed without its keys: %r",
                     request.commit_log_offset,
-                    exc_info=True,
+                    exc,
                 )
         if len(keys) > 1:
             keys = list(dict.fromkeys(keys))
+            if len(keys) > MAX_KEYS_PER_RECORD:
+                self.keys_dropped += 1
+                self._log_rarely(
+                    "keys",
+                    "index: the record at commit log offset %d has %d keys, only the first %d are indexed",
+                    request.commit_log_offset,
+                    len(keys),
+                    MAX_KEYS_PER_RECORD,
+                )
+                del keys[MAX_KEYS_PER_RECORD:]
         return keys
+
+    def _log_rarely(self, reason: str, message: str, *args: object) -> None:
+        """A warning for ``reason`` at most once per :data:`EXTRACTOR_LOG_INTERVAL_S`, saying how many were
+        not logged since the previous one."""
+        now = time.monotonic()
+        if now < self._log_after.get(reason, 0.0):
+            self._unlogged[reason] = self._unlogged.get(reason, 0) + 1
+            return
+        self._log_after[reason] = now + EXTRACTOR_LOG_INTERVAL_S
+        skipped = self._unlogged.pop(reason, 0)
+        suffix = f" ({skipped} more since the last such line)" if skipped else ""
+        log.warning(message + suffix, *args)
 
     def _writable_file(self, timestamp: int) -> IndexFile:
         """The newest file unless full; else flush the full one, checkpoint it, and create the next."""

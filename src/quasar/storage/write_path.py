@@ -32,6 +32,7 @@ from quasar.storage.config import StoreConfig
 from quasar.storage.dispatch import ConsumeQueueDispatcher, ConsumeQueueStore, Dispatcher, DispatchRequest
 from quasar.storage.errors import (
     NO_FILE_DESCRIPTOR_ERRNOS,
+    OUT_OF_MEMORY_ERRNOS,
     DiskFullError,
     InvalidMessageError,
     StoreClosedError,
@@ -354,6 +355,7 @@ class StoreWriter:
         - no space (:class:`DiskFullError`, ENOSPC, EDQUOT): SERVICE_NOT_AVAILABLE, ``disk_full_refusals``;
         - too many open files (EMFILE for the process, ENFILE for the system): CREATE_MAPPED_FILE_FAILED,
           ``open_files_refusals``; never reported as a full disk;
+        - out of memory (ENOMEM, e.g. mapping a new file): CREATE_MAPPED_FILE_FAILED;
         - any other OSError (EACCES, EIO...): CREATE_MAPPED_FILE_FAILED.
 
         Logged as an error at most once per second per reason, with the running count.
@@ -367,6 +369,8 @@ class StoreWriter:
             state.open_files_refusals += 1
             reason = "too many open files (raise RLIMIT_NOFILE; the next put tries again)"
             count, result = state.open_files_refusals, _CREATE_FAILED
+        elif code in OUT_OF_MEMORY_ERRNOS:
+            reason, count, result = "out of memory (the next put tries again)", 0, _CREATE_FAILED
         else:
             reason, count, result = "a store file could not be created or extended", 0, _CREATE_FAILED
         now = time.monotonic()

@@ -21,6 +21,7 @@ store is attached.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import bisect
 import logging
@@ -33,9 +34,9 @@ from quasar.broker.errors import NamespaceNotFoundError, NotAllowedError, TopicN
 from quasar.broker.topic import PersistentTopic
 from quasar.protocol import TopicName
 from quasar.protocol.compression import decompress
-from quasar.protocol.entry_keys import entry_keys
+from quasar.protocol.entry_keys import MAX_UNCOMPRESSED_SIZE, entry_keys
 from quasar.protocol.errors import InvalidTopicNameError
-from quasar.protocol.metadata import decode_batch, parse_headers_and_payload
+from quasar.protocol.metadata import iter_batch, parse_headers_and_payload
 
 log = logging.getLogger(__name__)
 
@@ -58,9 +59,15 @@ class KeyQueryable(Protocol):
 
 
 MESSAGE_STORE = web.AppKey("message_store", KeyQueryable)
+MAX_UNCOMPRESSED = web.AppKey("max_uncompressed_size", int)
+"""The largest ``uncompressed_size`` (bytes) a stored entry is inflated to for a query (the broker's
+``max_message_size``; default :data:`~quasar.protocol.entry_keys.MAX_UNCOMPRESSED_SIZE`); a larger one is
+skipped, as the index skipped its batch keys."""
 
 
-def pulsar_entry_keys(topic: str, body: memoryview) -> list[str]:
+def pulsar_entry_keys(
+    topic: str, body: memoryview, *, max_uncompressed_size: int = MAX_UNCOMPRESSED_SIZE
+) -> list[str]:
     """Keys of a stored Pulsar entry: ``MessageMetadata.partition_key`` and, for a batch, each
     ``SingleMessageMetadata.partition_key`` (decompressing the payload; encrypted batches are not opened).
 
@@ -69,10 +76,14 @@ def pulsar_entry_keys(topic: str, body: memoryview) -> list[str]:
     large entries and no Python object per message (no CRC or required-field check: that happened on
     publish). Raises the protocol layer's errors (MalformedFrameError, MalformedBatchError,
     CompressionError) on a malformed entry; the store counts and skips those. Records of queues that are not
-    managed ledgers of Pulsar topics (e.g. replication's state journal) have no keys."""
+    managed ledgers of Pulsar topics (e.g. replication's state journal) have no keys.
+
+    ``max_uncompressed_size`` (bytes; the broker passes its ``max_message_size``) bounds what a compressed
+    batch may inflate to: a larger ``uncompressed_size`` is a CompressionError before anything is inflated,
+    as the Java consumer discards such a batch."""
     if not topic.startswith(("persistent://", "non-persistent://")):
         return []
-    return entry_keys(body)
+    return entry_keys(body, max_uncompressed_size=max_uncompressed_size)
 
 
 def _topic(request: web.Request) -> TopicName:
@@ -93,9 +104,15 @@ def _int_param(request: web.Request, name: str, default: int) -> int:
 
 
 def _messages_of(
-    topic: TopicName, partition: int, message: StoredMessageView, key: str, ledgers: list[tuple[int, int]]
+    topic: TopicName,
+    partition: int,
+    message: StoredMessageView,
+    key: str,
+    ledgers: list[tuple[int, int]],
+    max_uncompressed_size: int = MAX_UNCOMPRESSED_SIZE,
 ) -> list[dict[str, Any]]:
-    """The messages with ``key`` in one stored entry, as JSON objects."""
+    """The messages with ``key`` in one stored entry, as JSON objects; none for a compressed entry whose
+    ``uncompressed_size`` is above ``max_uncompressed_size`` (it is not inflated)."""
     starts = [first for first, _ in ledgers]
     index = bisect.bisect_right(starts, message.queue_offset) - 1
     if index < 0:
@@ -114,10 +131,13 @@ def _messages_of(
     }
     payload: bytes | memoryview = parsed.payload
     if metadata.compression:
+        if metadata.uncompressed_size > max_uncompressed_size:
+            return []
         payload = decompress(metadata.compression, payload, metadata.uncompressed_size)
     found = []
     if metadata.HasField("num_messages_in_batch"):
-        for batch_index, (single, item) in enumerate(decode_batch(payload, metadata.num_messages_in_batch)):
+        # one item at a time: an entry of 5 MB can hold 800,000 items (objects for all of them took 200 MB)
+        for batch_index, (single, item) in enumerate(iter_batch(payload, metadata.num_messages_in_batch)):
             if single.HasField("partition_key") and single.partition_key == key:
                 properties = {kv.key: kv.value for kv in single.properties}
                 found.append(_json(base, batch_index, key, properties, item))
@@ -171,6 +191,7 @@ async def _query_messages(request: web.Request) -> web.Response:
     if store is None:
         return web.json_response({"reason": "no message store attached to the admin API"}, status=503)
     service = request.app[SERVICE_KEY]
+    max_uncompressed_size = request.app.get(MAX_UNCOMPRESSED, MAX_UNCOMPRESSED_SIZE)
     topic = _topic(request)
     partitions = service.partitions(topic)
     targets = [(topic.partition(i), i) for i in range(partitions)] if partitions > 0 else [(topic, -1)]
@@ -185,9 +206,10 @@ async def _query_messages(request: web.Request) -> web.Response:
         ledgers = [(info.first_queue_offset, info.ledger_id) for info in ledger.ledgers]
         last_confirmed = ledger.last_confirmed_entry
         for message in store.query(target.full_name, key, begin_ms, end_ms, max_num):
-            for item in _messages_of(target, partition, message, key, ledgers):
+            for item in _messages_of(target, partition, message, key, ledgers, max_uncompressed_size):
                 if (item["ledgerId"], item["entryId"]) <= tuple(last_confirmed):
                     results.append(item)
+            await asyncio.sleep(0)  # one entry (at most max_message_size bytes) between turns of the loop
     results.sort(key=lambda item: (item["storeTime"], item["partition"], item["ledgerId"], item["entryId"]))
     return web.json_response(results)
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from quasar.broker.cnx.ports import ConsumerPort, HandlerTable
 from quasar.broker.cnx.positions import apply_ack, key_shared_meta_of, position_of, reader_start, seek_target
+from quasar.broker.cnx.string_limits import check_subscribe_strings
 from quasar.broker.compaction.reads import check_read_compacted
 from quasar.broker.compaction.view import compacted_last_message_id
 from quasar.broker.consumer import Consumer
@@ -69,6 +70,11 @@ class ConsumerCommands:
     def handle_subscribe(self, frame: Frame) -> None:
         """SUBSCRIBE: answered at once for an id already in use, else created in a task (module docstring)."""
         cmd = frame.command.subscribe
+        try:
+            check_subscribe_strings(cmd, self._cnx.config)
+        except NotAllowedError as exc:
+            self._reply_error(cmd.request_id, exc)
+            return
         existing = self._consumers.get(cmd.consumer_id)
         if existing is not None:
             if existing.subscription.name == cmd.subscription:  # a retry of the same SUBSCRIBE: idempotent

@@ -6,8 +6,10 @@ Pure functions over a topic's managed ledger and a subscription; the consumer co
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from quasar.broker.dispatchers import entry_num_messages
 from quasar.broker.errors import BrokerError, NotAllowedError
 from quasar.broker.key_shared import KeySharedMeta
 from quasar.ledger.position import Position
@@ -73,22 +75,32 @@ def seek_target(topic: SubscriptionTopic, cmd: CommandSeek) -> Position:
 
 def apply_ack(subscription: Subscription, consumer: Consumer, cmd: CommandAck) -> None:
     """Apply one CommandAck of ``consumer``. A message id whose ack_set still has bits set is a batch-index
-    ack (PIP-54): bit i set = index i not yet acknowledged. Raises ``NotAllowedError`` for an ack_set longer
-    than the delivered batch needs, and the cursor's errors for positions that name no entry."""
+    ack (PIP-54): bit i set = index i not yet acknowledged.
+
+    The work is linear in the ack set's length and bounded by the entry's batch size before anything is
+    converted: the first batch-index ack of an entry may carry at most ``ceil(batch_size / 64)`` words (the
+    Java client's ``BitSet.toLongArray`` of the batch), a longer one raises ``NotAllowedError``; a later one
+    is cut to the words of the set the cursor still holds (the bits past it are acknowledged already).
+    Raises the cursor's errors for positions that name no entry."""
     whole: list[Position] = []
     partial: list[tuple[Position, int]] = []
+    cursor = subscription.cursor
     for message_id in cmd.message_id:
         position = position_of(message_id)
-        if message_id.ack_set and any(message_id.ack_set):
-            if subscription.cursor.batch_ack_set(position) is None:
-                # first batch-index ack of this entry: the set must fit the delivered batch
-                count = consumer.pending_acks.get(position)
-                words = len(message_id.ack_set)
-                if count is not None and words > (count + 63) // 64:
+        words: Sequence[int] = message_id.ack_set
+        if words and any(words):
+            stored = cursor.batch_ack_set(position)
+            if stored is not None:
+                words = words[: (stored.bit_length() + 63) // 64]
+            else:
+                count = _batch_size(subscription, consumer, position)
+                allowed = (count + 63) // 64 if count is not None else 1  # no entry: the cursor refuses it
+                if len(words) > allowed and count is not None:
                     raise NotAllowedError(
-                        f"ack_set of {words} words for a batch of {count} messages at {position}"
+                        f"ack_set of {len(words)} words for a batch of {count} messages at {position}"
                     )
-            partial.append((position, ack_set_bits(message_id.ack_set)))
+                words = words[:allowed]
+            partial.append((position, ack_set_bits(words)))
         else:
             whole.append(position)
     if int(cmd.ack_type) == AckType.Cumulative:
@@ -101,3 +113,14 @@ def apply_ack(subscription: Subscription, consumer: Consumer, cmd: CommandAck) -
         subscription.ack_individual(consumer, whole)
     for position, bits in partial:
         subscription.ack_batch_index(consumer, position, bits)
+
+
+def _batch_size(subscription: Subscription, consumer: Consumer, position: Position) -> int | None:
+    """Messages in the entry at ``position`` before any of them was acknowledged: the count delivered to
+    ``consumer``, else ``num_messages_in_batch`` of the stored entry; None when there is no such entry.
+    Raises MalformedFrameError for a damaged entry."""
+    count = consumer.pending_acks.get(position)
+    if count is not None:
+        return count
+    entry = subscription.topic.ledger.get_entry(position)
+    return None if entry is None else entry_num_messages(entry.data)

@@ -16,7 +16,14 @@ from typing import TYPE_CHECKING
 
 from quasar.broker.access_modes import ProducerAccessMode
 from quasar.broker.cnx.ports import HandlerTable, ProducerPort
-from quasar.broker.errors import BrokerError, ProducerBusyError, ServiceNotReadyError, server_error_of
+from quasar.broker.cnx.string_limits import check_producer_strings
+from quasar.broker.errors import (
+    BrokerError,
+    NotAllowedError,
+    ProducerBusyError,
+    ServiceNotReadyError,
+    server_error_of,
+)
 from quasar.broker.producer import Producer
 from quasar.errors import QuasarError
 from quasar.protocol import (
@@ -60,6 +67,11 @@ class ProducerCommands:
     def handle_producer(self, frame: Frame) -> None:
         """PRODUCER: answered at once for an id already in use, else created in a task (module docstring)."""
         cmd = frame.command.producer
+        try:
+            check_producer_strings(cmd, self._cnx.config)
+        except NotAllowedError as exc:
+            self._reply_error(cmd.request_id, exc)
+            return
         existing = self._producers.get(cmd.producer_id)
         if existing is not None:
             if existing.topic.name.full_name == cmd.topic:  # a retry of the same PRODUCER: idempotent
