@@ -92,6 +92,11 @@ MALFORMED = st.one_of(
     st.just(framed(b"\xff\xff")),  # an unparsable BaseCommand
     st.just(framed(b"\x08\x01")),  # CONNECT without its sub-message
     st.just(framed(_command_of(commands.new_ping()), b"junk")),  # bytes after a payload-less command
+    st.just(  # a SEND carrying broker entry metadata, which only a broker adds
+        requests.new_send(
+            1, 0, b"\x0e\x02\x00\x00\x00\x02\x08\x01" + encode_headers_and_payload(_metadata(), b"x")
+        )
+    ),
 )
 
 

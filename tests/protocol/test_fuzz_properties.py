@@ -16,6 +16,7 @@ from quasar.protocol import (
     FrameDecoder,
     SendFrame,
     _frames_py,
+    commands,
     encode_headers_and_payload,
     num_messages,
     parse_headers_and_payload,
@@ -183,3 +184,27 @@ def test_random_commands_parse_or_raise_protocol_error(command: bytes) -> None:
     except ProtocolError:
         return
     assert len(frames) == 1 and frames[0].body.IsInitialized()
+
+
+@pytest.mark.parametrize("twin", TWINS, ids=["c", "py"])
+def test_a_send_carrying_broker_entry_metadata_is_malformed(twin: Any) -> None:
+    """Only a broker adds broker entry metadata (0x0e02), to MESSAGE. A SEND carrying one was stored as sent
+    and reached consumers as if the broker had stamped it (here broker_timestamp 42, index 7); now the decoder
+    refuses the frame, with the fast path (which declines it) as without."""
+    bem = bytes.fromhex("082a1007")  # BrokerEntryMetadata{broker_timestamp: 42, index: 7}
+    span = (
+        b"\x0e\x02" + struct.pack(">I", len(bem)) + bem + encode_headers_and_payload(_valid_metadata(), b"x")
+    )
+    real = decoder_module._frames
+    decoder_module._frames = twin
+    try:
+        decoder = FrameDecoder()
+        decoder.receive_data(framed(_send_command(), span))
+        with pytest.raises(MalformedFrameError, match="SEND with broker entry metadata"):
+            decoder.next_frame()
+    finally:
+        decoder_module._frames = real
+    message = b"".join(commands.new_message(1, 2, 3, -1, span))
+    decoder = FrameDecoder()
+    decoder.receive_data(message)
+    assert decoder.next_frame() is not NEED_DATA  # a MESSAGE still carries it
