@@ -183,8 +183,9 @@ class FrameDecoder(StreamBuffer):
             FrameTooLargeError: a frame's totalSize exceeds ``max_frame_size``.
             MalformedFrameError: commandSize larger than the frame, an unparsable BaseCommand, missing
                 required fields, a type without its sub-message, invalid UTF-8 in a string field, bytes
-                after a command that carries no payload, a payload header running past the frame, or the
-                stream ended in the middle of a frame.
+                after a command that carries no payload, a payload header running past the frame, a SEND
+                carrying broker entry metadata (0x0e02: only a broker adds it, to MESSAGE), or the stream
+                ended in the middle of a frame.
             After any of these the decoder is in the error state: every later call raises the same error.
         """
         if self._error is not None:
@@ -247,6 +248,12 @@ class FrameDecoder(StreamBuffer):
                 raise MalformedFrameError(f"{command_type.name} frame without metadata and payload")
             span = memoryview(rest)
             layout = split_headers(span)
+            if layout[0] >= 0 and command_type == CommandType.SEND:
+                # only a broker adds it (frame.py: "MESSAGE only"); stored as sent, a producer's copy reached
+                # consumers as if the broker had stamped it
+                raise MalformedFrameError(
+                    "SEND with broker entry metadata (0x0e02), which only a broker adds"
+                )
             stored_crc = layout[2]
             checksum_ok = None if stored_crc is None else crc32c(span[layout[3] :]) == stored_crc
             return Frame(command_type, command, span, checksum_ok)

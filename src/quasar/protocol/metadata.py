@@ -81,7 +81,12 @@ def parse_headers_and_payload(span: bytes | memoryview) -> ParsedPayload:
 
     Raises:
         MalformedFrameError: a header runs past the span, or the (broker entry) metadata is unparsable, lacks
-            a required field (producer_name, sequence_id, publish_time) or has invalid UTF-8 in a string.
+            a required field (producer_name, sequence_id, publish_time), has invalid UTF-8 in a string, or has
+            a top-level field of wire type 3/4 (a group) or 6/7. upb keeps such a field as an unknown one, but
+            PulsarApi.proto has no groups and the readers of stored entries (``entry_dispatch_info``,
+            ``entry_keys``, compiled and pure) refuse them, as the SEND fast path declines them: accepted at
+            publish, such an entry could be stored but never dispatched ("dispatch failed" on every read of
+            its subscriptions; found by fuzz/fuzz_commands.py).
     """
     view = span if isinstance(span, memoryview) else memoryview(span)
     bem_start, bem_end, checksum, _, metadata_start, metadata_end = split_headers(view)
@@ -106,6 +111,12 @@ def parse_headers_and_payload(span: bytes | memoryview) -> ParsedPayload:
     bad = find_invalid_utf8(metadata)
     if bad is not None:
         raise MalformedFrameError(f"MessageMetadata field '{bad}' is not valid UTF-8")
+    try:  # upb keeps a group (wire type 3/4) as an unknown field; the compiled readers of entries refuse it
+        _frames.entry_dispatch_info(view)
+    except ValueError as exc:
+        raise MalformedFrameError(
+            f"MessageMetadata wire format: {exc} (a group or undefined wire type)"
+        ) from None
     return ParsedPayload(checksum, broker_entry_metadata, metadata, view[metadata_end:], metadata_bytes)
 
 
