@@ -28,6 +28,7 @@ from quasar.broker.loop_lag import LoopLagMonitor, add_loop_lag_route
 from quasar.broker.metadata_migration import migrate_legacy_metadata
 from quasar.broker.policies import BacklogQuota, PolicyDefaults
 from quasar.broker.replication_port import ReplicationPort
+from quasar.broker.schema import SchemaCompatibilityStrategy, SchemaDefaults
 from quasar.broker.server_cnx import ServerCnx
 from quasar.broker.subscription import SubscriptionOptions
 from quasar.ledger.config import ManagedLedgerConfig
@@ -268,6 +269,11 @@ class BrokerApp:
             max_producers_per_topic=config.max_producers_per_topic,
             max_consumers_per_topic=config.max_consumers_per_topic,
             max_consumers_per_subscription=config.max_consumers_per_subscription,
+            schema_defaults=SchemaDefaults(
+                SchemaCompatibilityStrategy.parse(config.schema_compatibility_strategy),
+                config.is_allow_auto_update_schema_enabled,
+                config.is_schema_validation_enforced,
+            ),
             defaults=PolicyDefaults(
                 retention_time_minutes=config.default_retention_time_in_minutes,
                 retention_size_mb=config.default_retention_size_in_mb,

@@ -41,6 +41,7 @@ from quasar.broker.policies import (
     expire_messages,
 )
 from quasar.broker.resources import BrokerResources
+from quasar.broker.schema import SchemaDefaults, SchemaRegistry
 from quasar.broker.subscription import SubscriptionOptions
 from quasar.broker.topic import PersistentTopic
 from quasar.errors import QuasarError
@@ -75,6 +76,7 @@ class BrokerService:
         max_producers_per_topic: int = 0,
         max_consumers_per_topic: int = 0,
         max_consumers_per_subscription: int = 0,
+        schema_defaults: SchemaDefaults | None = None,
     ) -> None:
         self.factory = factory
         self.write_refusal: Callable[[], str | None] = lambda: None
@@ -84,6 +86,8 @@ class BrokerService:
         """Why publishing and creating topics are refused (a slave serving reads of a masterless group);
         None when they are not."""
         self.resources = BrokerResources(metadata)
+        self.schemas = SchemaRegistry(metadata, self.resources.namespaces.get, schema_defaults)
+        """Topic schemas (``quasar.broker.schema``), in the admin metadata store."""
         self.cluster_name = cluster_name
         self.broker_service_url = ""  # set once the listener is bound
         self.web_service_url = ""

@@ -41,6 +41,9 @@ _NON_NEGATIVE = (
     "broker_id",
 )
 """Settings that must be >= 0 (0: unlimited, disabled or the default, as each says)."""
+_SCHEMA_STRATEGIES = ("ALWAYS_INCOMPATIBLE", "ALWAYS_COMPATIBLE", "BACKWARD", "FORWARD", "FULL",
+                      "BACKWARD_TRANSITIVE", "FORWARD_TRANSITIVE", "FULL_TRANSITIVE")  # fmt: skip
+"""Pulsar's SchemaCompatibilityStrategy values a broker default may take (not UNDEFINED)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -106,6 +109,9 @@ class BrokerConfig:
       ``min_in_sync_replicas`` (1), ``enable_auto_in_sync_replicas`` (false): CommitLog#handleHA's
       needAckNums; ``enable_elect_unclean_master`` (false: only an in-sync slave may be elected);
       ``state_snapshot_interval_s`` (600): how often the full ledger/cursor state is journaled again.
+    - schemas (``quasar.broker.schema``): ``schema_compatibility_strategy`` (FULL; any Pulsar strategy but
+      UNDEFINED), ``is_allow_auto_update_schema_enabled`` (true) and ``is_schema_validation_enforced``
+      (false): what applies where a namespace sets no policy of its own.
     """
 
     host: str = "127.0.0.1"
@@ -195,6 +201,10 @@ class BrokerConfig:
     enable_auto_in_sync_replicas: bool = False
     enable_elect_unclean_master: bool = False
     state_snapshot_interval_s: float = 600.0
+    # schema registry (quasar.broker.schema; Pulsar broker.conf names)
+    schema_compatibility_strategy: str = "FULL"
+    is_allow_auto_update_schema_enabled: bool = True
+    is_schema_validation_enforced: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535 or not 0 <= self.admin_port <= 65535:
@@ -218,6 +228,11 @@ class BrokerConfig:
         ):
             raise ValueError(
                 f"unknown backlog_quota_default_retention_policy {self.backlog_quota_default_retention_policy!r}"
+            )
+        if self.schema_compatibility_strategy not in _SCHEMA_STRATEGIES:
+            raise ValueError(
+                f"schema_compatibility_strategy must be one of {_SCHEMA_STRATEGIES},"
+                f" got {self.schema_compatibility_strategy!r}"
             )
         listeners = parse_advertised_listeners(self.advertised_listeners)
         if self.internal_listener_name and self.internal_listener_name not in listeners:
