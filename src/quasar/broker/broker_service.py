@@ -86,7 +86,9 @@ class BrokerService:
         """Why publishing and creating topics are refused (a slave serving reads of a masterless group);
         None when they are not."""
         self.resources = BrokerResources(metadata)
-        self.schemas = SchemaRegistry(metadata, self.resources.namespaces.get, schema_defaults)
+        self.schemas = SchemaRegistry(
+            metadata, lambda namespace: self.resources.namespaces.get(namespace), schema_defaults
+        )
         """Topic schemas (``quasar.broker.schema``), in the admin metadata store."""
         self.cluster_name = cluster_name
         self.broker_service_url = ""  # set once the listener is bound

@@ -14,7 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
-from quasar.broker.admin import cluster_routes, topic_routes
+from quasar.broker.admin import cluster_routes, schema_routes, topic_routes
 from quasar.broker.admin import query as query_routes
 from quasar.broker.admin.app_keys import SERVICE_KEY
 from quasar.broker.broker_service import BrokerService, TopicExistsError
@@ -416,6 +416,7 @@ def build_admin_app(service: BrokerService) -> web.Application:
     )
     app[SERVICE_KEY] = service
     topic_routes.register(app)  # POST .../{topic}/terminate[/partitions] (Pulsar topic termination)
+    schema_routes.register(app)  # /admin/v2/schemas/... and the namespace schema policies (Pulsar schemas)
     query_routes.register(app)  # GET .../{topic}/messages?key=K&from=MS&to=MS (RocketMQ queryMessage)
     topic = "/admin/v2/{domain}/{tenant}/{namespace}/{topic}"
     app.add_routes(
