@@ -11,7 +11,13 @@ import pulsar
 import pytest
 from pulsar.schema import AvroSchema, Integer, JsonSchema, Record, String, StringSchema
 
+from quasar.protocol import CommandType
+from quasar.protocol.enums import ServerError
+from quasar.protocol.frame import encode_command
+from quasar.protocol.pb import BaseCommand, Schema
+from quasar.protocol.requests import new_get_schema
 from tests.interop.helpers import admin, new_client, new_namespace
+from tests.interop.test_bad_input import RawConnection
 
 pytestmark = pytest.mark.interop
 
@@ -337,3 +343,50 @@ def test_partitions_share_the_schema_of_their_topic_and_it_survives_a_restart(br
         assert names == [f"n{i}" for i in range(6)]
     finally:
         client.close()
+
+
+def _get_or_create(request_id: int, topic: str, record: type[Record]) -> bytes:
+    cmd = BaseCommand(type=BaseCommand.GET_OR_CREATE_SCHEMA)
+    body = cmd.getOrCreateSchema
+    body.request_id = request_id
+    body.topic = topic
+    body.schema.name = "User"
+    body.schema.type = Schema.Avro
+    body.schema.schema_data = _definition(record).encode()
+    return encode_command(cmd)
+
+
+def test_get_schema_and_get_or_create_schema_on_the_wire(broker):
+    namespace = new_namespace(broker, "wire")
+    topic = f"persistent://{namespace}/t"
+    raw = RawConnection(broker.service_url)
+    try:
+        raw.send(new_get_schema(1, topic))
+        missing = raw.expect(CommandType.GET_SCHEMA_RESPONSE).command.getSchemaResponse
+        assert (missing.error_code, missing.error_message) == (
+            ServerError.TopicNotFound,
+            "Topic not found or no-schema",
+        )
+        raw.send(new_get_schema(2, topic, b""))
+        empty = raw.expect(CommandType.GET_SCHEMA_RESPONSE).command.getSchemaResponse
+        assert (empty.error_code, empty.error_message) == (
+            ServerError.IncompatibleSchema,
+            "Empty schema version",
+        )
+        raw.send(_get_or_create(3, topic, _user_v1()))  # the topic does not exist yet
+        answer = raw.expect(CommandType.GET_OR_CREATE_SCHEMA_RESPONSE).command.getOrCreateSchemaResponse
+        assert answer.error_code == ServerError.TopicNotFound
+        assert admin(broker, "PUT", "/admin/v2/" + topic.replace("://", "/"))[0] == 204
+        raw.send(_get_or_create(4, topic, _user_v1()))
+        answer = raw.expect(CommandType.GET_OR_CREATE_SCHEMA_RESPONSE).command.getOrCreateSchemaResponse
+        assert not answer.HasField("error_code") and answer.schema_version == (0).to_bytes(8, "big")
+        raw.send(_get_or_create(5, topic, _user_v2_without_default()))
+        answer = raw.expect(CommandType.GET_OR_CREATE_SCHEMA_RESPONSE).command.getOrCreateSchemaResponse
+        assert answer.error_code == ServerError.IncompatibleSchema
+        raw.send(new_get_schema(6, topic, (0).to_bytes(8, "big")))
+        found = raw.expect(CommandType.GET_SCHEMA_RESPONSE).command.getSchemaResponse
+        assert not found.HasField("error_code") and found.schema_version == (0).to_bytes(8, "big")
+        assert (found.schema.type, found.schema.name) == (Schema.Avro, topic.split("://", 1)[1])
+        assert json.loads(found.schema.schema_data) == _user_v1().schema()
+    finally:
+        raw.close()
