@@ -149,6 +149,40 @@ def test_each_strategy_accepts_and_refuses_producers_as_pulsar(broker, strategy,
         client.close()
 
 
+@pytest.mark.parametrize(
+    ("strategy", "accepted"),
+    [
+        # consumers with (the registered v1, v2 reading v1 data via a default, v2 that cannot read v1 data)
+        ("ALWAYS_COMPATIBLE", (True, True, True)),
+        ("ALWAYS_INCOMPATIBLE", (False, False, False)),
+        ("BACKWARD", (True, True, False)),
+        ("FORWARD", (True, True, False)),  # consumers are always checked as readers (BACKWARD)
+        ("FULL", (True, True, False)),
+        ("BACKWARD_TRANSITIVE", (True, True, False)),
+        ("FORWARD_TRANSITIVE", (True, True, False)),
+        ("FULL_TRANSITIVE", (True, True, False)),
+    ],
+)
+def test_each_strategy_accepts_and_refuses_consumers_as_pulsar(broker, strategy, accepted):
+    namespace = new_namespace(broker, "consumers")
+    _set_strategy(broker, namespace, strategy)
+    topic = f"persistent://{namespace}/t"
+    client = new_client(broker)
+    try:
+        client.create_producer(topic, schema=AvroSchema(_user_v1()))
+        readers = (_user_v1(), _user_v2_with_default(), _user_v2_without_default())
+        for index, (record, ok) in enumerate(zip(readers, accepted, strict=True)):
+            if ok:
+                client.subscribe(topic, f"s{index}", schema=AvroSchema(record))
+            else:
+                with pytest.raises(pulsar.IncompatibleSchema):
+                    client.subscribe(topic, f"s{index}", schema=AvroSchema(record))
+        versions = admin(broker, "GET", _schema_path(topic) + "/schemas")[1]["getSchemaResponses"]
+        assert len(versions) == 1  # a consumer never adds a version to a topic that has a schema
+    finally:
+        client.close()
+
+
 def _record(**fields: object) -> type[Record]:
     return type("Rec", (Record,), dict(fields))
 
