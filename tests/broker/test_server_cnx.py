@@ -10,7 +10,9 @@ from quasar.broker.cluster.model import LookupAnswer, LookupKind
 from quasar.broker.config import BrokerConfig
 from quasar.broker.errors import NamespaceNotFoundError
 from quasar.broker.non_persistent import NonPersistentTopic
+from quasar.broker.schema import SchemaRegistry
 from quasar.broker.server_cnx import ServerCnx
+from quasar.metadata.memory import MemoryData, MemoryMetadataStore
 from quasar.protocol import NEED_DATA, CommandType, FrameDecoder, TopicName, commands, requests
 from quasar.protocol.decoder import Frame
 from quasar.protocol.enums import ServerError
@@ -71,6 +73,7 @@ class FakeService:
     def __init__(self) -> None:
         self.gate = asyncio.Event()
         self.topic = NonPersistentTopic(TopicName.parse(TOPIC))
+        self.schemas = SchemaRegistry(MemoryMetadataStore(MemoryData()), lambda namespace: None)
 
     async def get_or_create_topic(self, topic: TopicName) -> NonPersistentTopic:
         await self.gate.wait()

@@ -79,6 +79,14 @@ def test_roles_get_200_or_403_by_permission(secured: Secured) -> None:
     assert secured.admin("POST", f"/admin/v2/{topic}/messageTTL", 60, token=alice)[0] == 403
     assert secured.admin("POST", f"/admin/v2/{topic}/terminate", token=alice)[0] == 403
     assert secured.admin("POST", f"/admin/v2/{topic}/terminate")[0] == 200  # tenant admin / super user
+    # schemas and compaction: reading a schema needs produce or consume, changing one a tenant admin
+    schema_path = f"/admin/v2/schemas/{ns}/t1/schema"
+    assert secured.admin("GET", schema_path, token=alice)[0] == 404  # allowed; the topic has no schema
+    assert secured.admin("GET", schema_path, token=secured.token("mallory"))[0] == 403
+    upload = {"type": "STRING", "schema": "", "properties": {}}
+    assert secured.admin("POST", schema_path, upload, token=alice)[0] == 403
+    assert secured.admin("PUT", f"/admin/v2/{topic}/compaction", token=alice)[0] == 403
+    assert secured.admin("GET", f"/admin/v2/{topic}/compaction")[0] == 200
     # a basic-authenticated role works the same way
     assert (
         secured.admin("GET", f"/admin/v2/{topic}/stats", token="", headers=basic("bob", PASSWORDS["bob"]))[0]

@@ -34,6 +34,7 @@ from quasar.broker.loop_lag import LoopLagMonitor, add_loop_lag_route
 from quasar.broker.metadata_migration import migrate_legacy_metadata
 from quasar.broker.policies import BacklogQuota, PolicyDefaults
 from quasar.broker.replication_port import ReplicationPort
+from quasar.broker.schema import SchemaCompatibilityStrategy, SchemaDefaults
 from quasar.broker.server_cnx import ServerCnx
 from quasar.broker.subscription import SubscriptionOptions
 from quasar.broker.tls_listeners import TlsListeners
@@ -307,6 +308,11 @@ class BrokerApp:
             max_subscriptions_per_topic=config.max_subscriptions_per_topic,
             max_topics_per_namespace=config.max_topics_per_namespace,
             max_num_partitions_per_partitioned_topic=config.max_num_partitions_per_partitioned_topic,
+            schema_defaults=SchemaDefaults(
+                SchemaCompatibilityStrategy.parse(config.schema_compatibility_strategy),
+                config.is_allow_auto_update_schema_enabled,
+                config.is_schema_validation_enforced,
+            ),
             defaults=PolicyDefaults(
                 retention_time_minutes=config.default_retention_time_in_minutes,
                 retention_size_mb=config.default_retention_size_in_mb,

@@ -45,6 +45,7 @@ from quasar.broker.policies import (
     parse_retention,
 )
 from quasar.broker.resources import BrokerResources
+from quasar.broker.schema import SchemaDefaults, SchemaRegistry
 from quasar.broker.subscription import SubscriptionOptions
 from quasar.broker.topic import PersistentTopic
 from quasar.errors import QuasarError
@@ -96,6 +97,7 @@ class BrokerService:
         max_subscriptions_per_topic: int = 0,
         max_topics_per_namespace: int = 0,
         max_num_partitions_per_partitioned_topic: int = 0,
+        schema_defaults: SchemaDefaults | None = None,
     ) -> None:
         self.factory = factory
         self.write_refusal: Callable[[], str | None] = lambda: None
@@ -105,6 +107,10 @@ class BrokerService:
         """Why publishing and creating topics are refused (a slave serving reads of a masterless group);
         None when they are not."""
         self.resources = BrokerResources(metadata)
+        self.schemas = SchemaRegistry(
+            metadata, lambda namespace: self.resources.namespaces.get(namespace), schema_defaults
+        )
+        """Topic schemas (``quasar.broker.schema``), in the admin metadata store."""
         self.cluster_name = cluster_name
         self.broker_service_url = ""  # set once the listener is bound
         self.web_service_url = ""

@@ -56,6 +56,9 @@ _NON_NEGATIVE = (
     "max_num_partitions_per_partitioned_topic",
 )
 """Settings that must be >= 0 (0: unlimited, disabled or the default, as each says)."""
+_SCHEMA_STRATEGIES = ("ALWAYS_INCOMPATIBLE", "ALWAYS_COMPATIBLE", "BACKWARD", "FORWARD", "FULL",
+                      "BACKWARD_TRANSITIVE", "FORWARD_TRANSITIVE", "FULL_TRANSITIVE")  # fmt: skip
+"""Pulsar's SchemaCompatibilityStrategy values a broker default may take (not UNDEFINED)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -160,6 +163,9 @@ class BrokerConfig:
       ``max_property_length`` (8192 bytes) each key and value of their metadata and subscription
       properties, ``max_properties_per_command`` (256) how many there are; a longer or larger one is
       refused with NotAllowedError before any work on it (quasar.broker.cnx.string_limits).
+    - schemas (``quasar.broker.schema``): ``schema_compatibility_strategy`` (FULL; any Pulsar strategy but
+      UNDEFINED), ``is_allow_auto_update_schema_enabled`` (true) and ``is_schema_validation_enforced``
+      (false): what applies where a namespace sets no policy of its own.
     """
 
     host: str = "127.0.0.1"
@@ -289,6 +295,10 @@ class BrokerConfig:
     max_name_length: int = 1024
     max_property_length: int = 8192
     max_properties_per_command: int = 256
+    # schema registry (quasar.broker.schema; Pulsar broker.conf names)
+    schema_compatibility_strategy: str = "FULL"
+    is_allow_auto_update_schema_enabled: bool = True
+    is_schema_validation_enforced: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535 or not 0 <= self.admin_port <= 65535:
@@ -317,6 +327,11 @@ class BrokerConfig:
             check_named_entity("cluster", self.cluster_name)
         except InvalidTopicNameError as exc:
             raise ValueError(f"cluster_name: {exc}") from None
+        if self.schema_compatibility_strategy not in _SCHEMA_STRATEGIES:
+            raise ValueError(
+                f"schema_compatibility_strategy must be one of {_SCHEMA_STRATEGIES},"
+                f" got {self.schema_compatibility_strategy!r}"
+            )
         listeners = parse_advertised_listeners(self.advertised_listeners)
         if self.internal_listener_name and self.internal_listener_name not in listeners:
             raise ValueError(

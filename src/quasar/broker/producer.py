@@ -180,6 +180,7 @@ class Producer:
     access_mode: ProducerAccessMode = ProducerAccessMode.Shared  # CommandProducer.producer_access_mode
     request_id: int = 0  # of the PRODUCER command (a WaitForExclusive producer is answered again with it)
     requested_epoch: int | None = None  # CommandProducer.topic_epoch: the epoch a reconnecting holder had
+    schema_version: bytes = b""  # PRODUCER_SUCCESS.schema_version: 8-byte version of its schema, empty: none
     _pending: deque[_PendingSend] = field(default_factory=deque)
     msg_in_counter: int = 0
     bytes_in_counter: int = 0

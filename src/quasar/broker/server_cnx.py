@@ -1,10 +1,10 @@
 """ServerCnx: one Pulsar binary-protocol connection, on asyncio's Protocol API.
 
 Bytes from the socket go into the sans-IO ``FrameDecoder``; each whole frame goes to the handler its command
-type maps to in the connection's dispatch table. The table is composed of three command families (package
-``quasar.broker.cnx``): ``LookupCommands``, ``ProducerCommands`` and ``ConsumerCommands``, each given this
-connection through a small typed port (``cnx.ports``). Before CONNECT the table holds CONNECT only. Follows
-Pulsar's ServerCnx (reference/pulsar-protocol.md §6, §8, §10).
+type maps to in the connection's dispatch table. The table is composed of four command families (package
+``quasar.broker.cnx``): ``LookupCommands``, ``SchemaCommands``, ``ProducerCommands`` and ``ConsumerCommands``,
+each given this connection through a small typed port (``cnx.ports``). Before CONNECT the table holds CONNECT
+only. Follows Pulsar's ServerCnx (reference/pulsar-protocol.md §6, §8, §10).
 
 Failure handling: a malformed frame (``ProtocolError``) closes this connection only, with the reason logged;
 a handler answers the errors it expects with the command's error reply (``errors.server_error_of``); anything
@@ -51,6 +51,7 @@ from quasar.broker.cnx.consumers import ConsumerCommands
 from quasar.broker.cnx.lookup import LookupCommands
 from quasar.broker.cnx.ports import FrameHandler, IdRegistry
 from quasar.broker.cnx.producers import ProducerCommands
+from quasar.broker.cnx.schemas import SchemaCommands
 from quasar.broker.connection_limits import ConnectionController, RateLimitedLog
 from quasar.protocol import NEED_DATA, CommandType, FrameDecoder, commands
 from quasar.protocol.enums import MAX_PROTOCOL_VERSION, ServerError
@@ -124,6 +125,7 @@ class ServerCnx(asyncio.Protocol):
         self._consumer_commands = ConsumerCommands(self)
         self._connected_handlers: dict[int, FrameHandler] = {
             **LookupCommands(self).handlers(),
+            **SchemaCommands(self).handlers(),
             **self._producer_commands.handlers(),
             **self._consumer_commands.handlers(),
             CommandType.AUTH_RESPONSE: self.auth.handle_auth_response,

@@ -75,6 +75,7 @@ __all__ = [
     "new_flow",
     "new_get_last_message_id",
     "new_get_last_message_id_response",
+    "new_get_or_create_schema_response",
     "new_get_schema",
     "new_get_schema_error",
     "new_get_schema_response",
@@ -448,6 +449,26 @@ def new_get_schema_error(request_id: int, error: ServerError | int, message: str
     body.request_id = u64(request_id)
     body.error_code = wire_error(error)
     body.error_message = message
+    return encode_command(cmd)
+
+
+@builder
+def new_get_or_create_schema_response(
+    request_id: int,
+    schema_version: bytes = b"",
+    *,
+    error: ServerError | int | None = None,
+    message: str = "",
+) -> bytes:
+    """GET_OR_CREATE_SCHEMA_RESPONSE: the schema version, or (``error`` given) the failure."""
+    cmd = BaseCommand(type=BaseCommand.GET_OR_CREATE_SCHEMA_RESPONSE)
+    body = cmd.getOrCreateSchemaResponse
+    body.request_id = u64(request_id)
+    if error is not None:
+        body.error_code = wire_error(error)
+        body.error_message = message
+    else:
+        body.schema_version = schema_version
     return encode_command(cmd)
 
 

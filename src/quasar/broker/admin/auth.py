@@ -59,6 +59,7 @@ class Requirement(enum.Enum):
 
 _NS = "/admin/v2/namespaces/{tenant}/{namespace}"
 _TOPIC = "/admin/v2/{domain}/{tenant}/{namespace}/{topic}"
+_SCHEMAS = "/admin/v2/schemas/{tenant}/{namespace}/{topic}"
 _R = Requirement
 
 ROUTE_REQUIREMENTS = MappingProxyType(
@@ -80,6 +81,21 @@ ROUTE_REQUIREMENTS = MappingProxyType(
         ("DELETE", _TOPIC + "/subscription/{subscription}"): _R.TOPIC_CONSUME,
         ("POST", _TOPIC + "/terminate"): _R.TENANT_ADMIN,
         ("POST", _TOPIC + "/terminate/partitions"): _R.TENANT_ADMIN,
+        ("GET", _SCHEMAS + "/schema"): _R.TOPIC_LOOKUP,
+        ("GET", _SCHEMAS + "/schema/{version}"): _R.TOPIC_LOOKUP,
+        ("GET", _SCHEMAS + "/schemas"): _R.TOPIC_LOOKUP,
+        ("POST", _SCHEMAS + "/schema"): _R.TENANT_ADMIN,
+        ("DELETE", _SCHEMAS + "/schema"): _R.TENANT_ADMIN,
+        ("POST", _SCHEMAS + "/compatibility"): _R.TENANT_ADMIN,
+        **{
+            (method, _NS + path): _R.TENANT_ADMIN
+            for path in (
+                "/schemaCompatibilityStrategy",
+                "/isAllowAutoUpdateSchema",
+                "/schemaValidationEnforced",
+            )
+            for method in ("GET", "PUT", "POST")
+        },
         ("PUT", _TOPIC + "/compaction"): _R.TENANT_ADMIN,
         ("GET", _TOPIC + "/compaction"): _R.TENANT_ADMIN,
         **{
@@ -180,6 +196,7 @@ def _topic_name(info: web.UrlMappingMatchInfo) -> TopicName | None:
     if "topic" not in info:
         return None
     try:
-        return TopicName.parse(f"{info['domain']}://{info['tenant']}/{info['namespace']}/{info['topic']}")
+        domain = info.get("domain", "persistent")  # the schema routes name no domain (persistent topics)
+        return TopicName.parse(f"{domain}://{info['tenant']}/{info['namespace']}/{info['topic']}")
     except InvalidTopicNameError:
         return None

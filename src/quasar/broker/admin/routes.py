@@ -15,7 +15,13 @@ from typing import Any
 
 from aiohttp import web
 
-from quasar.broker.admin import cluster_routes, compaction_routes, permission_routes, topic_routes
+from quasar.broker.admin import (
+    cluster_routes,
+    compaction_routes,
+    permission_routes,
+    schema_routes,
+    topic_routes,
+)
 from quasar.broker.admin import query as query_routes
 from quasar.broker.admin.app_keys import SERVICE_KEY
 from quasar.broker.admin.auth import auth_middleware
@@ -430,6 +436,7 @@ def build_admin_app(service: BrokerService, *, max_request_size: int = 10 * 1024
     permission_routes.register(app)  # grants: before the {topic} templates
     topic_routes.register(app)  # POST .../{topic}/terminate[/partitions] (Pulsar topic termination)
     compaction_routes.register(app)  # PUT/GET .../{topic}/compaction, namespaces/.../compactionThreshold
+    schema_routes.register(app)  # /admin/v2/schemas/... and the namespace schema policies (Pulsar schemas)
     query_routes.register(app)  # GET .../{topic}/messages?key=K&from=MS&to=MS (RocketMQ queryMessage)
     topic = "/admin/v2/{domain}/{tenant}/{namespace}/{topic}"
     app.add_routes(

@@ -27,6 +27,7 @@ from quasar.broker.errors import (
     ServiceNotReadyError,
     server_error_of,
 )
+from quasar.broker.schema.wire import schema_info_of, topic_in_use
 from quasar.broker.subscription import Subscription
 from quasar.broker.topic import PersistentTopic
 from quasar.errors import QuasarError
@@ -124,6 +125,10 @@ class ConsumerCommands:
         topic = await service.get_or_create_topic(name)
         if cmd.read_compacted:
             check_read_compacted(isinstance(topic, PersistentTopic), sub_type)
+        if cmd.HasField("schema"):  # Pulsar addSchemaIfIdleOrCheckCompatible
+            await service.schemas.check_consumer_schema(
+                topic.name, schema_info_of(cmd.schema), idle=not topic_in_use(topic)
+            )
         durable = cmd.durable if cmd.HasField("durable") else True
         start = None
         if not durable and isinstance(topic, PersistentTopic) and cmd.HasField("start_message_id"):

@@ -1,6 +1,6 @@
-"""Connection and lookup commands: CONNECT (a second one), PING, PONG, PARTITIONED_METADATA, LOOKUP,
-GET_TOPICS_OF_NAMESPACE and GET_SCHEMA (reference/pulsar-protocol.md §6; AUTH_RESPONSE is ``cnx.auth``'s).
-LOOKUP and PARTITIONED_METADATA need produce or consume permission when authorization is on.
+"""Connection and lookup commands: CONNECT (a second one), PING, PONG, PARTITIONED_METADATA, LOOKUP and
+GET_TOPICS_OF_NAMESPACE (reference/pulsar-protocol.md §6; AUTH_RESPONSE is ``cnx.auth``'s, the schema commands
+are ``schemas``). LOOKUP and PARTITIONED_METADATA need produce or consume permission when authorization is on.
 
 The first CONNECT is answered by ServerCnx itself (it switches the connection to its full dispatch table);
 everything here runs once connected. Lookups are answered by ``BrokerService.lookup``: a standalone broker owns
@@ -60,7 +60,6 @@ class LookupCommands:
             CommandType.PARTITIONED_METADATA: self.handle_partitioned_metadata,
             CommandType.LOOKUP: self.handle_lookup,
             CommandType.GET_TOPICS_OF_NAMESPACE: self.handle_get_topics_of_namespace,
-            CommandType.GET_SCHEMA: self.handle_get_schema,
         }
 
     # ------------------------------------------------------------------ connection
@@ -151,10 +150,3 @@ class LookupCommands:
             self._cnx.write(commands.new_error(cmd.request_id, code, message))
             return
         self._cnx.write(commands.new_get_topics_of_namespace_response(cmd.request_id, topics))
-
-    def handle_get_schema(self, frame: Frame) -> None:
-        """GET_SCHEMA: this broker stores no schemas (clients fall back to bytes)."""
-        cmd = frame.command.getSchema
-        self._cnx.write(
-            commands.new_get_schema_error(cmd.request_id, ServerError.TopicNotFound, "Schema not found")
-        )

@@ -25,6 +25,7 @@ from quasar.broker.errors import (
     server_error_of,
 )
 from quasar.broker.producer import Producer
+from quasar.broker.schema.wire import schema_info_of, version_bytes
 from quasar.errors import QuasarError
 from quasar.protocol import (
     CommandType,
@@ -77,7 +78,9 @@ class ProducerCommands:
             if existing.topic.name.full_name == cmd.topic:  # a retry of the same PRODUCER: idempotent
                 last_sequence_id = existing.topic.dedup.last_published_sequence_id(existing.producer_name)
                 self._cnx.write(
-                    commands.new_producer_success(cmd.request_id, existing.producer_name, last_sequence_id)
+                    commands.new_producer_success(
+                        cmd.request_id, existing.producer_name, last_sequence_id, existing.schema_version
+                    )
                 )
             else:
                 self._reply_error(
@@ -108,7 +111,7 @@ class ProducerCommands:
         if not ready:  # WaitForExclusive on a busy topic: answered again once it holds the topic
             self._cnx.write(
                 commands.new_producer_success(
-                    cmd.request_id, producer.producer_name, -1, producer_ready=False
+                    cmd.request_id, producer.producer_name, -1, producer.schema_version, producer_ready=False
                 )
             )
             return
@@ -125,6 +128,8 @@ class ProducerCommands:
         name = TopicName.parse(cmd.topic)
         service.security.check_produce(self._cnx.role, name)
         topic = await service.get_or_create_topic(name)
+        schema = schema_info_of(cmd.schema) if cmd.HasField("schema") else None
+        schema_version = await service.schemas.add_producer_schema(topic.name, schema)
         try:
             access_mode = ProducerAccessMode(cmd.producer_access_mode)
         except ValueError:
@@ -139,6 +144,7 @@ class ProducerCommands:
             access_mode=access_mode,
             request_id=cmd.request_id,
             requested_epoch=cmd.topic_epoch if cmd.HasField("topic_epoch") else None,
+            schema_version=version_bytes(schema_version),
         )
         if cmd.initial_subscription_name and topic.is_persistent:
             # Pulsar ServerCnx.handleProducer: create the producer's initial subscription at Earliest
@@ -158,6 +164,7 @@ class ProducerCommands:
                 producer.request_id,
                 producer.producer_name,
                 last_sequence_id,
+                producer.schema_version,
                 topic_epoch=topic_epoch,
                 producer_ready=True if mode == ProducerAccessMode.WaitForExclusive else None,
             )
