@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from quasar.broker.auth import NO_SECURITY, BrokerSecurity
@@ -379,8 +379,11 @@ class BrokerService:
         if not task.cancelled():
             task.exception()  # retrieved: every waiter may have gone
 
-    async def _load_topic(self, topic: TopicName) -> PersistentTopic:
-        """Open the managed ledger of ``topic`` and register the loaded topic (the one load task per name)."""
+    async def _load_topic(self, topic: TopicName, after: Awaitable[None] | None = None) -> PersistentTopic:
+        """Open the managed ledger of ``topic`` (once ``after`` is done) and register the loaded topic (the one
+        load task per name)."""
+        if after is not None:
+            await after
         ledger = await self.factory.open(topic.full_name)
         loaded = PersistentTopic(
             topic,
@@ -397,6 +400,22 @@ class BrokerService:
         self.topics[topic.full_name] = loaded
         log.info("loaded topic %s", topic.full_name)
         return loaded
+
+    async def unload_topic(self, topic: TopicName) -> None:
+        """Pulsar ``unloadTopic``: disconnect the loaded ``topic``'s clients (they reconnect), close its ledger and
+        load it afresh (requests wait for that). No-op when not loaded; TopicNotFoundError if not persistent."""
+        name = topic.full_name
+        loaded = self.topics.get(name)
+        if not isinstance(loaded, PersistentTopic):
+            if loaded is not None or name not in self.factory.names():
+                raise TopicNotFoundError(f"Topic {name} does not exist or is not persistent")
+            return
+        del self.topics[name]
+        loaded.disconnect_clients()
+        reload = self._load_topic(topic, after=self.factory.close_ledger(name))
+        self._loading[name] = load = asyncio.create_task(reload, name=f"unload-topic:{name}")
+        load.add_done_callback(functools.partial(self._load_done, name))
+        await asyncio.shield(load)
 
     def _is_declared_partition(self, topic: TopicName) -> bool:
         """``topic`` is a partition of a partitioned topic created through the admin API (a ``x-partition-3``

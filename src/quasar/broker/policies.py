@@ -50,6 +50,7 @@ __all__ = [
     "PolicyTopic",
     "check_backlog_quota",
     "expire_messages",
+    "expire_older_than",
     "parse_retention",
 ]
 
@@ -153,7 +154,7 @@ def _publish_time(topic: PolicyTopic, position: Position) -> int | None:
     return int(parse_headers_and_payload(entry.data).metadata.publish_time)
 
 
-def _expire_older_than(topic: PolicyTopic, cutoff_ms: int, subscriptions: list[Any]) -> int:
+def expire_older_than(topic: PolicyTopic, cutoff_ms: int, subscriptions: list[Any]) -> int:
     """Move the mark-delete of ``subscriptions`` past the entries published before ``cutoff_ms``; returns how
     many subscriptions moved."""
     first_kept = topic.find_position_by_publish_time(cutoff_ms)
@@ -174,7 +175,7 @@ def expire_messages(topic: PolicyTopic, now_ms: int) -> int:
     subscriptions = [s for s in topic.subscriptions.values() if s.durable]
     if not subscriptions:
         return 0
-    return _expire_older_than(topic, now_ms - ttl_s * 1000, subscriptions)
+    return expire_older_than(topic, now_ms - ttl_s * 1000, subscriptions)
 
 
 def check_backlog_quota(topic: PolicyTopic, now_ms: int) -> bool:
@@ -209,7 +210,7 @@ def check_backlog_quota(topic: PolicyTopic, now_ms: int) -> bool:
         return True
     topic.backlog_blocked = None
     if over_time:
-        _expire_older_than(topic, now_ms - quota.limit_time_s * 1000, subscriptions)
+        expire_older_than(topic, now_ms - quota.limit_time_s * 1000, subscriptions)
     if over_size:
         keep = int(quota.limit_size * EVICTION_REDUCTION_FACTOR / max(average, 1))
         for subscription in subscriptions:

@@ -242,6 +242,25 @@ class BrokerResources:
         await self._write(namespace_path(namespace), policies, create=True)
         self.namespaces[namespace] = dict(policies)
 
+    async def update_tenant(self, tenant: str, info: dict[str, Any]) -> None:
+        """Replace the TenantInfo of the existing ``tenant`` (``BadVersionError`` when it changed elsewhere)."""
+        await self._write(tenant_path(tenant), info)
+        self.tenants[tenant] = dict(info)
+
+    async def delete_tenant(self, tenant: str) -> None:
+        """Remove ``tenant`` (the caller checked that it has no namespace)."""
+        path = tenant_path(tenant)
+        await self._metadata.delete(path, self._versions.get(path))
+        self._versions.pop(path, None)
+        self.tenants.pop(tenant, None)
+
+    async def delete_namespace(self, namespace: str) -> None:
+        """Remove ``tenant/ns`` and its policies (the caller checked that it has no topic)."""
+        path = namespace_path(namespace)
+        await self._metadata.delete(path, self._versions.get(path))
+        self._versions.pop(path, None)
+        self.namespaces.pop(namespace, None)
+
     async def set_namespace_policy(self, namespace: str, key: str, value: Any) -> None:
         """Set (``value`` None: remove) policy ``key`` of the existing namespace ``namespace``."""
         async with self._lock:  # read-modify-write: one at a time

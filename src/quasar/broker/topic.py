@@ -115,6 +115,14 @@ class PersistentTopic:
         for producer in list(self.producers.values()):
             producer.fence()
 
+    def disconnect_clients(self) -> None:
+        """Topic unload (Pulsar ``PersistentTopic.close``): CLOSE_PRODUCER to every producer and CLOSE_CONSUMER
+        to every consumer (their clients reconnect), then cancel the subscriptions' timers."""
+        self.disconnect_producers()
+        for subscription in list(self.subscriptions.values()):
+            subscription.close_consumers()
+        self.close()
+
     async def set_deduplication(self, enabled: bool) -> None:
         """Apply the effective deduplication policy (Pulsar ``checkDeduplicationStatus``). Raises
         ``ManagedLedgerError`` when the dedup cursor cannot be opened, read or removed."""

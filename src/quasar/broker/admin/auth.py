@@ -7,12 +7,14 @@ client certificate (``quasar.security.authentication``): 401 ``{"reason": ...}``
 ``authorization_enabled`` the role must then hold the route's :class:`Requirement` (403 otherwise):
 
 - ``SUPER_USER``: tenants, clusters, brokers, replication, broker stats, and any route not listed below;
-- ``TENANT_ADMIN`` (super user or one of the tenant's ``adminRoles``): namespaces, namespace and topic
-  policies, permissions, creating and terminating topics;
+- ``TENANT_ADMIN`` (super user or one of the tenant's ``adminRoles``): reading a tenant, namespaces, namespace
+  and topic policies, permissions, creating, terminating, unloading (and deleting) topics;
 - ``NAMESPACE_LOOKUP``: listing a namespace's topics: produce or consume granted on the namespace;
-- ``TOPIC_LOOKUP``: partitions, stats, HTTP lookup: produce or consume on the topic or its namespace;
-- ``TOPIC_CONSUME``: subscriptions, last message id, message query, deleting a subscription: consume (and
-  the subscription's roles);
+- ``TOPIC_LOOKUP``: partitions, (partitioned) stats, HTTP lookup: produce or consume on the topic or its
+  namespace;
+- ``TOPIC_CONSUME``: subscriptions, last message id, message query, creating, deleting, skipping, expiring,
+  resetting and peeking a subscription: consume (and the subscription's roles; Pulsar's SUBSCRIBE, SKIP,
+  EXPIRE_MESSAGES, RESET_CURSOR and PEEK_MESSAGES topic operations);
 - ``AUTHENTICATED``: the cluster list.
 
 The requirement of a request is found by its route (method and path template), so every route is covered,
@@ -59,6 +61,7 @@ class Requirement(enum.Enum):
 
 _NS = "/admin/v2/namespaces/{tenant}/{namespace}"
 _TOPIC = "/admin/v2/{domain}/{tenant}/{namespace}/{topic}"
+_SUB = _TOPIC + "/subscription/{subscription}"
 _SCHEMAS = "/admin/v2/schemas/{tenant}/{namespace}/{topic}"
 _R = Requirement
 
@@ -79,6 +82,22 @@ ROUTE_REQUIREMENTS = MappingProxyType(
         ("GET", _TOPIC + "/lastMessageId"): _R.TOPIC_CONSUME,
         ("GET", _TOPIC + "/messages"): _R.TOPIC_CONSUME,
         ("DELETE", _TOPIC + "/subscription/{subscription}"): _R.TOPIC_CONSUME,
+        ("GET", "/admin/v2/tenants/{tenant}"): _R.TENANT_ADMIN,
+        ("GET", _NS): _R.TENANT_ADMIN,
+        ("DELETE", _NS): _R.TENANT_ADMIN,
+        ("GET", _NS + "/topics"): _R.NAMESPACE_LOOKUP,
+        ("PUT", _SUB): _R.TOPIC_CONSUME,
+        ("POST", _SUB + "/skip_all"): _R.TOPIC_CONSUME,
+        ("POST", _SUB + "/skip/{count}"): _R.TOPIC_CONSUME,
+        ("POST", _SUB + "/expireMessages/{seconds}"): _R.TOPIC_CONSUME,
+        ("POST", _TOPIC + "/all_subscription/expireMessages/{seconds}"): _R.TOPIC_CONSUME,
+        ("POST", _SUB + "/resetcursor/{timestamp}"): _R.TOPIC_CONSUME,
+        ("POST", _SUB + "/resetcursor"): _R.TOPIC_CONSUME,
+        ("GET", _SUB + "/position/{position}"): _R.TOPIC_CONSUME,
+        ("GET", _TOPIC + "/partitioned-stats"): _R.TOPIC_LOOKUP,
+        ("PUT", _TOPIC + "/unload"): _R.TENANT_ADMIN,
+        ("DELETE", _TOPIC): _R.TENANT_ADMIN,
+        ("DELETE", _TOPIC + "/partitions"): _R.TENANT_ADMIN,
         ("POST", _TOPIC + "/terminate"): _R.TENANT_ADMIN,
         ("POST", _TOPIC + "/terminate/partitions"): _R.TENANT_ADMIN,
         ("GET", _SCHEMAS + "/schema"): _R.TOPIC_LOOKUP,

@@ -20,6 +20,8 @@ from quasar.broker.admin import (
     compaction_routes,
     permission_routes,
     schema_routes,
+    subscription_routes,
+    tenant_routes,
     topic_routes,
 )
 from quasar.broker.admin import query as query_routes
@@ -423,7 +425,7 @@ def build_admin_app(service: BrokerService, *, max_request_size: int = 10 * 1024
     with 413 before they are buffered whole."""
     owner_only = (get_stats, get_internal_stats, get_subscriptions, get_last_message_id, delete_subscription,
                   put_topic, query_routes.query_messages, *topic_routes.OWNER_ONLY,
-                  *compaction_routes.OWNER_ONLY)  # fmt: skip
+                  *compaction_routes.OWNER_ONLY, *subscription_routes.OWNER_ONLY)  # fmt: skip
     app = web.Application(
         middlewares=[
             auth_middleware(service.security),
@@ -438,6 +440,8 @@ def build_admin_app(service: BrokerService, *, max_request_size: int = 10 * 1024
     compaction_routes.register(app)  # PUT/GET .../{topic}/compaction, namespaces/.../compactionThreshold
     schema_routes.register(app)  # /admin/v2/schemas/... and the namespace schema policies (Pulsar schemas)
     query_routes.register(app)  # GET .../{topic}/messages?key=K&from=MS&to=MS (RocketMQ queryMessage)
+    tenant_routes.register(app)  # GET/POST/DELETE tenants/{t}, GET/DELETE namespaces/{t}/{ns}[/topics]
+    subscription_routes.register(app)  # create/skip/expire/resetcursor/peek subscriptions, unload, stats
     topic = "/admin/v2/{domain}/{tenant}/{namespace}/{topic}"
     app.add_routes(
         [
@@ -469,4 +473,5 @@ def build_admin_app(service: BrokerService, *, max_request_size: int = 10 * 1024
         ]
     )
     cluster_routes.register(app)
+    subscription_routes.register_last(app)  # DELETE .../{topic}[/partitions]: 405 (no topic deletion)
     return app
