@@ -153,6 +153,47 @@ def test_topic_and_subscription_grants_round_trip(secured: Secured) -> None:
     assert secured.admin("GET", subs) == (200, {"audit": ["ops"]})
 
 
+def test_consume_role_may_peek_skip_and_reset_on_its_topic_only(secured: Secured) -> None:
+    """Pulsar's PEEK_MESSAGES, SKIP, EXPIRE_MESSAGES, RESET_CURSOR and SUBSCRIBE topic operations need consume
+    on the topic (and the subscription's roles); unload, tenant and namespace reads need a tenant admin."""
+    mine, theirs = secured.new_namespace("peek"), secured.new_namespace("other")
+    assert secured.admin("POST", f"/admin/v2/namespaces/{mine}/permissions/alice", ["consume"])[0] == 204
+    alice = secured.token("alice")
+    for ns in (mine, theirs):
+        assert secured.admin("PUT", f"/admin/v2/persistent/{ns}/t")[0] == 204
+        assert secured.admin("PUT", f"/admin/v2/persistent/{ns}/t/subscription/s")[0] == 204
+    calls = (
+        ("GET", "/subscription/s/position/1", 404),  # allowed: the topic is empty
+        ("POST", "/subscription/s/skip/1", 204),
+        ("POST", "/subscription/s/skip_all", 204),
+        ("POST", "/subscription/s/expireMessages/10", 204),
+        ("POST", "/all_subscription/expireMessages/10", 204),
+        ("POST", "/subscription/s/resetcursor/0", 204),
+        ("PUT", "/subscription/s2", 204),
+    )
+    for method, suffix, allowed in calls:
+        status, body = secured.admin(method, f"/admin/v2/persistent/{mine}/t{suffix}", token=alice)
+        assert status == allowed, (method, suffix, body)
+        status, body = secured.admin(method, f"/admin/v2/persistent/{theirs}/t{suffix}", token=alice)
+        assert status == 403, (method, suffix, body)
+    assert secured.admin("GET", f"/admin/v2/persistent/{mine}/t/partitioned-stats", token=alice)[0] == 404
+    assert secured.admin("GET", f"/admin/v2/persistent/{theirs}/t/partitioned-stats", token=alice)[0] == 403
+    assert secured.admin("PUT", f"/admin/v2/persistent/{mine}/t/unload", token=alice)[0] == 403
+    assert secured.admin("PUT", f"/admin/v2/persistent/{mine}/t/unload")[0] == 204
+    assert secured.admin("DELETE", f"/admin/v2/persistent/{mine}/t", token=alice)[0] == 403
+    assert secured.admin("GET", f"/admin/v2/namespaces/{mine}/topics", token=alice) == (
+        200,
+        [f"persistent://{mine}/t"],
+    )
+    assert secured.admin("GET", f"/admin/v2/namespaces/{theirs}/topics", token=alice)[0] == 403
+    assert secured.admin("GET", f"/admin/v2/namespaces/{mine}", token=alice)[0] == 403
+    assert secured.admin("DELETE", f"/admin/v2/namespaces/{mine}", token=alice)[0] == 403
+    assert secured.admin("GET", "/admin/v2/tenants/public", token=alice)[0] == 403
+    assert secured.admin("GET", "/admin/v2/tenants/public")[0] == 200
+    assert secured.admin("POST", "/admin/v2/tenants/public", {}, token=alice)[0] == 403
+    assert secured.admin("DELETE", "/admin/v2/tenants/public", token=alice)[0] == 403
+
+
 def test_super_user_token_is_required_for_broker_level_routes(secured: Secured) -> None:
     assert secured.admin("GET", "/admin/v2/broker-stats/loop-lag")[0] == 200
     assert secured.admin("GET", "/admin/v2/broker-stats/loop-lag", token=secured.token("alice"))[0] == 403
