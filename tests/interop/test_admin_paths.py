@@ -93,7 +93,11 @@ def test_create_subscription_at_a_message_id_skip_and_clear_backlog(broker):
         assert _receive_all(consumer, 1) == [b"after"]
         assert admin(broker, "POST", f"{sub}/nope/skip_all")[0] == 404
         assert admin(broker, "POST", f"{sub}/latest/skip/x")[0] == 400
-        assert admin(broker, "PUT", _path(topic_name("missing")) + "/subscription/s")[0] == 404
+        fresh = topic_name("fresh")  # Pulsar auto-creates the topic of a new subscription
+        assert admin(broker, "PUT", _path(fresh) + "/subscription/s")[0] == 204
+        assert admin(broker, "GET", _path(fresh) + "/subscriptions") == (200, ["s"])
+        status, body = admin(broker, "PUT", "/admin/v2/persistent/public/no-such-ns/t/subscription/s")
+        assert status == 404, body
     finally:
         client.close()
 
@@ -221,6 +225,7 @@ def test_unload_closes_the_topic_and_clients_carry_on(broker):
 def test_partitioned_stats_sum_the_partitions(broker):
     topic = topic_name("pstats")
     create_partitioned(broker, topic, 3)
+    assert admin(broker, "PUT", _path(topic) + "/unload")[0] == 204  # no partition used yet: nothing to do
     client = new_client(broker)
     try:
         client.subscribe(topic, "s").close()

@@ -5,8 +5,8 @@ call applies to every partition where Pulsar does so (create subscription, skip_
 resetcursor by time, unload); skip, resetcursor to a message id and peek answer 405 there, as Pulsar does.
 
 - ``PUT .../subscription/{sub}``, body a MessageId ``{"ledgerId", "entryId"}`` (``-1/-1`` earliest, empty or
-  ``Long.MAX_VALUE`` latest): create durable subscription ``sub`` whose first message is that one; 204, 409
-  "Subscription already exists for topic", 404 unknown topic.
+  ``Long.MAX_VALUE`` latest): create durable subscription ``sub`` whose first message is that one, creating
+  the topic as Pulsar does with topic auto-creation; 204, 409 "Subscription already exists for topic".
 - ``POST .../subscription/{sub}/skip_all``: clear the backlog (mark-delete to the last entry); 204.
 - ``POST .../subscription/{sub}/skip/{n}``: skip the next ``n`` unacknowledged entries; 204.
 - ``POST .../subscription/{sub}/expireMessages/{seconds}`` and ``POST .../all_subscription/expireMessages/
@@ -89,8 +89,8 @@ def _targets(request: web.Request, *, partitioned: str | None = None) -> list[To
     return partitions
 
 
-async def _loaded(request: web.Request, name: TopicName) -> PersistentTopic:
-    topic = await _service(request).get_or_create_topic(name, create=False)
+async def _loaded(request: web.Request, name: TopicName, *, create: bool = False) -> PersistentTopic:
+    topic = await _service(request).get_or_create_topic(name, create=create)
     if not isinstance(topic, PersistentTopic):
         raise TopicNotFoundError(f"Topic {name.full_name} is not persistent")
     return topic
@@ -144,7 +144,8 @@ async def create_subscription(request: web.Request) -> web.Response:
     body = parse_json(await request.text())
     message_id = (_LATEST, _LATEST, False) if body is None else _message_id(body)
     name = request.match_info["subscription"]
-    topics = [await _loaded(request, target) for target in _targets(request)]
+    # Pulsar creates the topic (allowAutoTopicCreation, always on in Quasar) or the partitions' topics
+    topics = [await _loaded(request, target, create=True) for target in _targets(request)]
     if any(name in topic.subscriptions for topic in topics):
         raise TopicExistsError("Subscription already exists for topic")
     for topic in topics:
@@ -289,9 +290,14 @@ async def partitioned_stats(request: web.Request) -> web.Response:
 
 
 async def unload(request: web.Request) -> web.Response:
-    """PUT .../unload: 204 (module docstring)."""
-    for target in _targets(request):
-        await _service(request).unload_topic(target)
+    """PUT .../unload: 204 (module docstring); a partition nobody has used yet has nothing to unload."""
+    targets = _targets(request)
+    for target in targets:
+        try:
+            await _service(request).unload_topic(target)
+        except TopicNotFoundError:
+            if target.partition_index < 0:
+                raise
     return web.Response(status=204)
 
 
