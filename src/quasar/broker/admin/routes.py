@@ -27,6 +27,7 @@ from quasar.broker.admin import (
 from quasar.broker.admin import query as query_routes
 from quasar.broker.admin.app_keys import SERVICE_KEY
 from quasar.broker.admin.auth import auth_middleware
+from quasar.broker.admin.bad_request_log import install_bad_request_log_filter
 from quasar.broker.admin.validation import parse_json, validate_namespace_policies, validate_tenant_info
 from quasar.broker.broker_service import BrokerService, TopicExistsError
 from quasar.broker.errors import (
@@ -422,7 +423,9 @@ def _policy_routes(topic: str) -> list[web.RouteDef]:
 def build_admin_app(service: BrokerService, *, max_request_size: int = 10 * 1024 * 1024) -> web.Application:
     """The admin REST application for ``service``, authenticated and authorized by ``service.security``
     (``admin.auth``); request bodies past ``max_request_size`` bytes (``http_max_request_size``) are refused
-    with 413 before they are buffered whole."""
+    with 413 before they are buffered whole; requests aiohttp cannot parse are logged as one rate-limited line
+    (``bad_request_log``)."""
+    install_bad_request_log_filter()
     owner_only = (get_stats, get_internal_stats, get_subscriptions, get_last_message_id, delete_subscription,
                   put_topic, query_routes.query_messages, *topic_routes.OWNER_ONLY,
                   *compaction_routes.OWNER_ONLY, *subscription_routes.OWNER_ONLY)  # fmt: skip
