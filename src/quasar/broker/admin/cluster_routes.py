@@ -23,7 +23,7 @@ from urllib.parse import urlencode
 
 from aiohttp import web
 
-from quasar.broker.admin.app_keys import SERVICE_KEY
+from quasar.broker.admin.request_params import service_of as _service
 from quasar.broker.broker_service import BrokerService
 from quasar.broker.cluster.model import LookupKind
 from quasar.protocol import TopicName
@@ -31,10 +31,6 @@ from quasar.protocol import TopicName
 __all__ = ["owner_redirect_middleware", "register"]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def _service(request: web.Request) -> BrokerService:
-    return request.app[SERVICE_KEY]
 
 
 def _topic(request: web.Request) -> TopicName:

@@ -28,24 +28,13 @@ from typing import Any
 
 from aiohttp import web
 
-from quasar.broker.admin.app_keys import SERVICE_KEY
-from quasar.broker.broker_service import BrokerService
-from quasar.broker.errors import NamespaceNotFoundError, NotAllowedError
+from quasar.broker.admin.request_params import existing_namespace as _namespace
+from quasar.broker.admin.request_params import service_of as _service
+from quasar.broker.errors import NotAllowedError
 from quasar.protocol import TopicName
 from quasar.security.authorization import AUTH_POLICIES, parse_actions, updated_auth_policies
 
 __all__ = ["register"]
-
-
-def _service(request: web.Request) -> BrokerService:
-    return request.app[SERVICE_KEY]
-
-
-def _namespace(request: web.Request) -> str:
-    namespace = f"{request.match_info['tenant']}/{request.match_info['namespace']}"
-    if not _service(request).namespace_exists(namespace):
-        raise NamespaceNotFoundError(f"Namespace {namespace} does not exist")
-    return namespace
 
 
 def _topic(request: web.Request) -> TopicName:

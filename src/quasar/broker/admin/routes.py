@@ -28,6 +28,8 @@ from quasar.broker.admin import query as query_routes
 from quasar.broker.admin.app_keys import SERVICE_KEY
 from quasar.broker.admin.auth import auth_middleware
 from quasar.broker.admin.bad_request_log import install_bad_request_log_filter
+from quasar.broker.admin.request_params import existing_namespace as _namespace
+from quasar.broker.admin.request_params import service_of as _service
 from quasar.broker.admin.validation import parse_json, validate_namespace_policies, validate_tenant_info
 from quasar.broker.broker_service import BrokerService, TopicExistsError
 from quasar.broker.errors import (
@@ -82,10 +84,6 @@ async def _errors_middleware(request: web.Request, handler: Handler) -> web.Stre
         return _error(500, "internal error")
 
 
-def _service(request: web.Request) -> BrokerService:
-    return request.app[SERVICE_KEY]
-
-
 def _domain(request: web.Request) -> str:
     domain = request.match_info["domain"]
     if domain not in DOMAINS:
@@ -98,13 +96,6 @@ def _domain(request: web.Request) -> str:
 def _topic(request: web.Request) -> TopicName:
     info = request.match_info
     return TopicName.parse(f"{_domain(request)}://{info['tenant']}/{info['namespace']}/{info['topic']}")
-
-
-def _namespace(request: web.Request) -> str:
-    namespace = f"{request.match_info['tenant']}/{request.match_info['namespace']}"
-    if not _service(request).namespace_exists(namespace):
-        raise NamespaceNotFoundError(f"Namespace {namespace} does not exist")
-    return namespace
 
 
 async def _json_body(request: web.Request) -> Any:

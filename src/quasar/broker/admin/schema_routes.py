@@ -34,9 +34,8 @@ from typing import Any
 
 from aiohttp import web
 
-from quasar.broker.admin.app_keys import SERVICE_KEY
-from quasar.broker.broker_service import BrokerService
-from quasar.broker.errors import NamespaceNotFoundError
+from quasar.broker.admin.request_params import existing_namespace as _namespace
+from quasar.broker.admin.request_params import service_of as _service
 from quasar.broker.schema import (
     IncompatibleSchemaError,
     InvalidSchemaDataError,
@@ -61,17 +60,6 @@ _NAMESPACE = "/admin/v2/namespaces/{tenant}/{namespace}"
 
 def _reason(status: int, reason: str) -> web.Response:
     return web.json_response({"reason": reason}, status=status)
-
-
-def _service(request: web.Request) -> BrokerService:
-    return request.app[SERVICE_KEY]
-
-
-def _namespace(request: web.Request) -> str:
-    namespace = f"{request.match_info['tenant']}/{request.match_info['namespace']}"
-    if not _service(request).namespace_exists(namespace):
-        raise NamespaceNotFoundError(f"Namespace {namespace} does not exist")
-    return namespace
 
 
 def _topic(request: web.Request) -> tuple[TopicName, str]:

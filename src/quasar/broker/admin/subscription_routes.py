@@ -34,10 +34,10 @@ from typing import Any
 
 from aiohttp import web
 
-from quasar.broker.admin.app_keys import SERVICE_KEY
 from quasar.broker.admin.peek import peek_response
+from quasar.broker.admin.request_params import service_of as _service
 from quasar.broker.admin.validation import parse_json
-from quasar.broker.broker_service import BrokerService, TopicExistsError
+from quasar.broker.broker_service import TopicExistsError
 from quasar.broker.errors import NotAllowedError, TopicNotFoundError
 from quasar.broker.policies import expire_older_than
 from quasar.broker.subscription import Subscription
@@ -51,10 +51,6 @@ __all__ = ["OWNER_ONLY", "register", "register_last"]
 _TOPIC = "/admin/v2/{domain}/{tenant}/{namespace}/{topic}"
 _SUB = _TOPIC + "/subscription/{subscription}"
 _LATEST = 2**63 - 1  # Java Long.MAX_VALUE: MessageId.latest
-
-
-def _service(request: web.Request) -> BrokerService:
-    return request.app[SERVICE_KEY]
 
 
 def _not_allowed(request: web.Request, reason: str) -> web.HTTPMethodNotAllowed:

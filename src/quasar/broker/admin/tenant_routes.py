@@ -25,7 +25,8 @@ from typing import Any
 
 from aiohttp import web
 
-from quasar.broker.admin.app_keys import SERVICE_KEY
+from quasar.broker.admin.request_params import existing_namespace as _namespace
+from quasar.broker.admin.request_params import service_of as _service
 from quasar.broker.admin.validation import parse_json, validate_tenant_info
 from quasar.broker.broker_service import BrokerService, TopicExistsError
 from quasar.broker.errors import NamespaceNotFoundError
@@ -55,10 +56,6 @@ _MODES = {"PERSISTENT": ("persistent",), "NON_PERSISTENT": ("non-persistent",),
           "ALL": ("persistent", "non-persistent")}  # fmt: skip
 
 
-def _service(request: web.Request) -> BrokerService:
-    return request.app[SERVICE_KEY]
-
-
 def _reason(status: int, reason: str) -> web.Response:
     return web.json_response({"reason": reason}, status=status)
 
@@ -72,13 +69,6 @@ def _tenant(request: web.Request) -> str:
     if not _service(request).tenant_exists(tenant):
         raise NamespaceNotFoundError("Tenant does not exist")
     return tenant
-
-
-def _namespace(request: web.Request) -> str:
-    namespace = f"{request.match_info['tenant']}/{request.match_info['namespace']}"
-    if not _service(request).namespace_exists(namespace):
-        raise NamespaceNotFoundError("Namespace does not exist")
-    return namespace
 
 
 async def get_tenant(request: web.Request) -> web.Response:
