@@ -128,6 +128,7 @@ class Subscription:
         self.replay_positions: set[Position] = set()
         self.redelivery_counts: dict[Position, int] = {}
         self._dispatch_handle: asyncio.Handle | None = None  # the pending dispatch round, if any
+        self._end_of_topic_handle: asyncio.Handle | None = None  # REACHED_END_OF_TOPIC after a SUBSCRIBE
         self._idle_timer: asyncio.TimerHandle | None = None
         self.msg_out_counter = 0
         self.max_unacked_messages_per_consumer = options.max_unacked_messages_per_consumer
@@ -172,8 +173,11 @@ class Subscription:
         dispatcher.consumers_changed()
         self._update_blocked()
         self.schedule_dispatch()
-        if self.topic.ledger.is_terminated:  # told after the SUBSCRIBE's SUCCESS, which follows this call
-            asyncio.get_running_loop().call_soon(self.notify_end_of_topic)
+        if self.topic.ledger.is_terminated and self._end_of_topic_handle is None:
+            # told after the SUBSCRIBE's SUCCESS, which follows this call
+            self._end_of_topic_handle = asyncio.get_running_loop().call_soon(
+                self._end_of_topic_after_subscribe
+            )
 
     def _new_dispatcher(self, sub_type: SubType, meta: KeySharedMeta | None) -> Dispatcher:
         """The dispatch policy for ``sub_type`` (``meta``: the first Key_Shared consumer's keySharedMeta)."""
@@ -261,6 +265,9 @@ class Subscription:
         if self._dispatch_handle is not None:
             self._dispatch_handle.cancel()
             self._dispatch_handle = None
+        if self._end_of_topic_handle is not None:
+            self._end_of_topic_handle.cancel()
+            self._end_of_topic_handle = None
         if self._idle_timer is not None:
             self._idle_timer.cancel()
             self._idle_timer = None
@@ -356,6 +363,10 @@ class Subscription:
         self.schedule_dispatch()
         if self.topic.ledger.is_terminated:
             self.notify_end_of_topic()
+
+    def _end_of_topic_after_subscribe(self) -> None:
+        self._end_of_topic_handle = None
+        self.notify_end_of_topic()
 
     def notify_end_of_topic(self) -> None:
         """REACHED_END_OF_TOPIC to every consumer once the topic is terminated and this subscription has
