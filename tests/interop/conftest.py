@@ -11,11 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from quasar.testing.broker_process import BrokerProcess
 from quasar.testing.subprocess_harness import stderr_sections
+
+if TYPE_CHECKING:
+    from tests.interop.test_bad_input import RawConnection
 
 BrokerFactory = Callable[..., BrokerProcess]
 
@@ -55,3 +59,21 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if report.failed:
         report.sections += stderr_sections(item.stash.get(_BROKERS, []), "broker")
     return report
+
+
+@pytest.fixture
+def raw(broker: BrokerProcess) -> Iterator[Callable[[], RawConnection]]:
+    """``raw()`` opens a hand-driven Pulsar connection (``test_bad_input.RawConnection``) to ``broker``; every
+    one is closed at teardown."""
+    from tests.interop.test_bad_input import RawConnection  # a test module: imported when the fixture is used
+
+    opened: list[RawConnection] = []
+
+    def connect() -> RawConnection:
+        conn = RawConnection(broker.service_url)
+        opened.append(conn)
+        return conn
+
+    yield connect
+    for conn in opened:
+        conn.close()

@@ -77,21 +77,6 @@ class RawConnection:
         self.sock.close()
 
 
-@pytest.fixture
-def raw(broker):
-    """``raw()`` opens a RawConnection to ``broker``; every one is closed at teardown."""
-    opened: list[RawConnection] = []
-
-    def connect() -> RawConnection:
-        conn = RawConnection(broker.service_url)
-        opened.append(conn)
-        return conn
-
-    yield connect
-    for conn in opened:
-        conn.close()
-
-
 def _metadata(producer_name: str, sequence_id: int) -> pb.MessageMetadata:
     md = pb.MessageMetadata()
     md.producer_name = producer_name

@@ -14,7 +14,6 @@ import pytest
 from quasar.protocol import CommandType, commands
 from quasar.protocol.enums import ServerError, SubType
 from tests.interop.helpers import admin, new_client, topic_name
-from tests.interop.test_bad_input import RawConnection
 
 pytestmark = pytest.mark.interop
 
@@ -32,20 +31,6 @@ HOSTILE = [
 ]
 IDS = ["dotdot-tenant", "dotdot-ns", "dotdot-topic", "short-dotdot", "pct-dotdot", "pct-slash", "bidi", "ctrl",
        "10kB", "20kB"]  # fmt: skip
-
-
-@pytest.fixture
-def raw(broker):
-    opened: list[RawConnection] = []
-
-    def connect() -> RawConnection:
-        conn = RawConnection(broker.service_url)
-        opened.append(conn)
-        return conn
-
-    yield connect
-    for conn in opened:
-        conn.close()
 
 
 def _still_serves(broker) -> None:
