@@ -1,9 +1,8 @@
 """BrokerService: tenants and namespaces, partitioned-topic metadata, the topic registry, lookup.
 
-Pulsar's BrokerService + NamespaceService for one standalone broker: every topic is owned here, so LOOKUP
-always answers Connect with this broker's own URL; tenant ``public`` and namespace ``public/default`` exist
-from the start (as in Pulsar standalone); topics are auto-created on first use (allowAutoTopicCreation,
-type non-partitioned).
+Pulsar's BrokerService + NamespaceService: ``public`` and ``public/default`` exist from the start; topics are
+auto-created on first use (allowAutoTopicCreation, non-partitioned); in a cluster ``ownership`` decides which
+broker serves a topic (LOOKUP answers Redirect), standalone serves them all. Deletion: ``topic_deletion``.
 
 Tenants, namespaces, policies and partition counts live in :class:`~quasar.broker.resources.BrokerResources`:
 loaded once by :meth:`BrokerService.bootstrap`, then read from memory (LOOKUP and PARTITIONED_METADATA are
@@ -19,6 +18,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from quasar.broker import topic_deletion
 from quasar.broker.auth import NO_SECURITY, BrokerSecurity
 from quasar.broker.cluster.model import LookupAnswer, LookupKind, UnknownListenerError
 from quasar.broker.cluster.ownership import ClusterOwnership
@@ -44,7 +44,7 @@ from quasar.broker.policies import (
     expire_messages,
     parse_retention,
 )
-from quasar.broker.resources import BrokerResources
+from quasar.broker.resources import BrokerResources, declared_partition
 from quasar.broker.schema import SchemaDefaults, SchemaRegistry
 from quasar.broker.subscription import SubscriptionOptions
 from quasar.broker.topic import PersistentTopic
@@ -52,19 +52,11 @@ from quasar.errors import QuasarError
 from quasar.ledger.factory import ManagedLedgerFactory
 from quasar.metadata import AlreadyExistsError, MetadataStore, MetadataStoreError
 from quasar.protocol import TopicName
-from quasar.protocol.topic_name import PARTITION_SUFFIX
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TENANTS = ("public", "pulsar")
 DEFAULT_NAMESPACES = ("public/default", "pulsar/system")
-
-
-def _declared_partition(name: str, partitioned: dict[str, int]) -> bool:
-    """``name`` is ``<base>-partition-<i>`` with ``base`` a partitioned topic of more than ``i`` partitions."""
-    cut = name.rfind(PARTITION_SUFFIX)
-    index = name[cut + len(PARTITION_SUFFIX) :]
-    return cut > 0 and index.isascii() and index.isdigit() and int(index) < partitioned.get(name[:cut], 0)
 
 
 def _ttl(value: Any) -> int:
@@ -417,6 +409,14 @@ class BrokerService:
         load.add_done_callback(functools.partial(self._load_done, name))
         await asyncio.shield(load)
 
+    async def delete_topic(self, topic: TopicName, *, force: bool = False) -> None:
+        """Pulsar ``deleteTopic``: :func:`quasar.broker.topic_deletion.delete_topic` (holds the load slot)."""
+        await topic_deletion.delete_topic(self, self._loading, topic, force=force)
+
+    async def delete_partitioned_topic(self, topic: TopicName, *, force: bool = False) -> None:
+        """Pulsar ``deletePartitionedTopic``: :func:`quasar.broker.topic_deletion.delete_partitioned_topic`."""
+        await topic_deletion.delete_partitioned_topic(self, self._loading, topic, force=force)
+
     def _is_declared_partition(self, topic: TopicName) -> bool:
         """``topic`` is a partition of a partitioned topic created through the admin API (a ``x-partition-3``
         with no partitioned ``x`` is a topic of its own, counted like any other)."""
@@ -438,7 +438,7 @@ class BrokerService:
             prefix = f"{domain}://{namespace}/"
             names = self.factory.names() if domain == "persistent" else self.topics
             for name in names:
-                if name.startswith(prefix) and not _declared_partition(name, partitioned):
+                if name.startswith(prefix) and not declared_partition(name, partitioned):
                     count += 1
         return count
 

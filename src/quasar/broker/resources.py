@@ -36,6 +36,7 @@ from quasar.metadata import (
     encode_segment,
 )
 from quasar.protocol import TopicName
+from quasar.protocol.topic_name import PARTITION_SUFFIX
 
 __all__ = [
     "BOOT_COUNT_PATH",
@@ -44,6 +45,7 @@ __all__ = [
     "TENANTS_ROOT",
     "TOPIC_POLICIES_ROOT",
     "BrokerResources",
+    "declared_partition",
     "namespace_path",
     "partitioned_topic_path",
     "tenant_path",
@@ -83,6 +85,13 @@ def topic_policies_path(topic: TopicName) -> str:
     """Metadata path of ``topic``'s topic-level policies (JSON object), laid out like
     :func:`partitioned_topic_path`."""
     return _topic_path(TOPIC_POLICIES_ROOT, topic)
+
+
+def declared_partition(name: str, partitioned: dict[str, int]) -> bool:
+    """``name`` is ``<base>-partition-<i>`` with ``base`` a partitioned topic of more than ``i`` partitions."""
+    cut = name.rfind(PARTITION_SUFFIX)
+    index = name[cut + len(PARTITION_SUFFIX) :]
+    return cut > 0 and index.isascii() and index.isdigit() and int(index) < partitioned.get(name[:cut], 0)
 
 
 def _updated(policies: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
@@ -285,6 +294,21 @@ class BrokerResources:
         await self._write(partitioned_topic_path(topic), {"partitions": partitions}, create=True)
         namespace = f"{topic.domain}://{topic.namespace_name}"
         self.partitioned.setdefault(namespace, {})[topic.full_name] = partitions
+
+    async def delete_partitioned_topic(self, topic: TopicName) -> None:
+        """Remove ``topic``'s partitioned-topic metadata (the caller deleted its partitions first)."""
+        path = partitioned_topic_path(topic)
+        self._versions.pop(path, None)
+        await self._metadata.delete_recursive(path)  # whoever wrote it last (another broker of the cluster)
+        self.partitioned.get(f"{topic.domain}://{topic.namespace_name}", {}).pop(topic.full_name, None)
+
+    async def delete_topic_policies(self, topic: TopicName) -> None:
+        """Remove every topic-level policy of ``topic`` (a deleted topic)."""
+        async with self._lock:
+            path = topic_policies_path(topic)
+            self._versions.pop(path, None)
+            await self._metadata.delete_recursive(path)
+            self.topic_policies.pop(topic.full_name, None)
 
     async def set_topic_policy(self, topic: TopicName, key: str, value: Any) -> None:
         """Set (``value`` None: remove) topic-level policy ``key`` of ``topic``; the path is deleted when no

@@ -16,10 +16,15 @@ import logging
 
 from quasar.errors import QuasarError
 from quasar.ledger.config import ManagedLedgerConfig
-from quasar.ledger.errors import ManagedLedgerAlreadyClosedError, ManagedLedgerError, metadata_errors
+from quasar.ledger.errors import (
+    ManagedLedgerAlreadyClosedError,
+    ManagedLedgerError,
+    ManagedLedgerStorageError,
+    metadata_errors,
+)
 from quasar.ledger.ledger_id_allocator import LedgerIdAllocator
 from quasar.ledger.managed_ledger import ManagedLedger
-from quasar.ledger.paths import MANAGED_LEDGERS_ROOT
+from quasar.ledger.paths import MANAGED_LEDGERS_ROOT, QUEUE_ID, cursors_path, ledger_table_path
 from quasar.metadata.port import MetadataStore, decode_segment
 from quasar.storage.port import MessageStorePort
 
@@ -121,6 +126,34 @@ class ManagedLedgerFactory:
         ledger = self._ledgers.pop(name, None)
         if ledger is not None:
             await ledger.close()
+
+    async def delete(self, name: str) -> bool:
+        """Delete managed ledger ``name`` for good (Pulsar ``ManagedLedgerImpl.delete``): close it when open,
+        remove its cursors' state and its ledger table from the metadata store, then its entries from the
+        message store (``MessageStorePort.delete_queue``: the queue offsets stay taken, so a managed ledger
+        created later under the same name starts after them and never reads the old entries). Returns False
+        when no such ledger exists. The caller makes sure nothing opens ``name`` meanwhile (the broker holds
+        the topic's load slot). Raises ``MetadataError``, ``ManagedLedgerStorageError`` (the store could not
+        delete the entries: the metadata is gone already, so the ledger no longer exists; calling again
+        finishes the store's part), ``ManagedLedgerAlreadyClosedError`` once the factory is closed."""
+        self._check_usable()
+        pending = self._opening.get(name)
+        if pending is not None:
+            await asyncio.wait([pending])
+        ledger = self._ledgers.pop(name, None)
+        existed = ledger is not None or name in self._names
+        if ledger is not None and not ledger.is_closed:
+            await ledger.close()
+        with metadata_errors(f"cannot delete the managed ledger {name}"):
+            await self._metadata.delete_recursive(cursors_path(name))
+            await self._metadata.delete_recursive(ledger_table_path(name))
+        self._names.discard(name)
+        try:
+            await self._store.delete_queue(name, QUEUE_ID)
+        except (QuasarError, OSError) as exc:
+            raise ManagedLedgerStorageError(f"{name}: the store could not delete the entries: {exc}") from exc
+        log.info("deleted managed ledger %s", name)
+        return existed
 
     async def flush_cursors(self) -> None:
         """Persist every changed durable cursor of every open ledger now (all writes issued at once; errors

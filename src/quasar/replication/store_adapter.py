@@ -9,7 +9,7 @@ It wraps the local store (RocketMQ ``CommitLog#asyncPutMessage`` + ``handleHA``)
   same end offset; a failed local flush answers its own status without waiting for the slaves. Answers stay
   in commit log offset order (both stages complete in order). Without a group transfer (ASYNC_MASTER) the
   store's own ``on_flushed`` / ``wait_flushed`` are bound directly.
-* everything else (get, query, queue offsets, ``set_queue_min_offset``) delegates unchanged.
+* everything else (get, query, queue offsets, ``set_queue_min_offset``, ``delete_queue``) delegates unchanged.
 """
 
 from __future__ import annotations
@@ -205,6 +205,11 @@ class ReplicatedStore:
 
     def set_queue_min_offset(self, topic: str, queue_id: int, queue_offset: int) -> None:
         self.store.set_queue_min_offset(topic, queue_id, queue_offset)
+
+    async def delete_queue(self, topic: str, queue_id: int) -> int:
+        """The master's files only: a slave keeps the deleted queue's units (its commit log is the master's,
+        so the queue's end, where a new managed ledger of that name starts, is the same there)."""
+        return await self.store.delete_queue(topic, queue_id)
 
 
 _NOT_AVAILABLE = PutResult(PutStatus.SLAVE_NOT_AVAILABLE, -1, -1, 0, 0)

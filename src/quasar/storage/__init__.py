@@ -10,6 +10,7 @@ port of ``quasar.metadata``, not here.
 from quasar.storage.clean_service import CleanResult
 from quasar.storage.config import StoreConfig
 from quasar.storage.errors import (
+    ConsumeQueueDeletingError,
     ConsumeQueueGapError,
     CorruptRecordError,
     DiskFullError,
@@ -36,6 +37,7 @@ from quasar.storage.status import AppendMessageStatus, GetStatus, PutStatus
 __all__ = [
     "AppendMessageStatus",
     "CleanResult",
+    "ConsumeQueueDeletingError",
     "ConsumeQueueGapError",
     "CorruptRecordError",
     "DiskFullError",

@@ -254,6 +254,13 @@ class ConsumeQueue:
         assert mapped_file is not None
         return mapped_file
 
+    def restart_at(self, queue_offset: int) -> None:
+        """Make this queue an empty one that starts at ``queue_offset``: its files are replaced by one file of
+        pre-blank units up to that offset (RocketMQ ``fillPreBlank``), so its offsets below stay taken.
+        Blocking; call :meth:`flush` to make it durable. Raises OSError."""
+        self._start_at(queue_offset * CQ_STORE_UNIT_SIZE)
+        self.max_physic_offset = 0
+
     def _start_at(self, expected: int) -> None:
         """Restart an empty queue at byte offset ``expected``, pre-blank filling its first file."""
         queue = self.mapped_file_queue

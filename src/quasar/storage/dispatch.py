@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Protocol
 
 from quasar.storage.consume_queue import ConsumeQueue, decode_topic_dir
-from quasar.storage.errors import CorruptRecordError, StoreLoadError
+from quasar.storage.errors import ConsumeQueueDeletingError, CorruptRecordError, StoreLoadError
 from quasar.storage.record import (
     PROPERTY_KEYS,
     PROPERTY_TAG_HASH,
@@ -103,6 +103,8 @@ class ConsumeQueueStore:
         self.root = root
         self.mapped_file_size = mapped_file_size
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self._deleting: set[tuple[str, int]] = set()
+        """Queues being deleted (:mod:`quasar.storage.queue_deletion`): not created again meanwhile."""
 
     def __len__(self) -> int:
         return len(self._queues)
@@ -114,12 +116,33 @@ class ConsumeQueueStore:
         return self._queues.get((topic, queue_id))
 
     def find_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
-        """The queue of (topic, queue id), created empty (no file yet) when missing."""
+        """The queue of (topic, queue id), created empty (no file yet) when missing. Raises
+        :class:`ConsumeQueueDeletingError` while that queue is being deleted."""
         queue = self._queues.get((topic, queue_id))
         if queue is None:
+            if (topic, queue_id) in self._deleting:
+                raise ConsumeQueueDeletingError(f"consume queue {topic}/{queue_id} is being deleted")
             queue = ConsumeQueue(self.root, topic, queue_id, self.mapped_file_size)
             self._queues[(topic, queue_id)] = queue
         return queue
+
+    def mark_deleting(self, key: tuple[str, int]) -> bool:
+        """Start deleting queue ``key``; False when a deletion of it is already running. Loop thread."""
+        if key in self._deleting:
+            return False
+        self._deleting.add(key)
+        return True
+
+    def unmark_deleting(self, key: tuple[str, int]) -> None:
+        self._deleting.discard(key)
+
+    def detach(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        """Take queue (topic, queue id) out (None when absent). Loop thread."""
+        return self._queues.pop((topic, queue_id), None)
+
+    def attach(self, queue: ConsumeQueue) -> None:
+        """Put ``queue`` in (after :meth:`detach`). Loop thread."""
+        self._queues[(queue.topic, queue.queue_id)] = queue
 
     def queues(self) -> list[tuple[str, int]]:
         """Every (topic, queue id), sorted."""

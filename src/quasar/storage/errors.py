@@ -10,6 +10,7 @@ RocketMQ. Exceptions are for broken invariants, bad arguments and API misuse::
         ├── StoreLoadError               files on disk do not match the configuration (size, name, gaps)
         │   └── StoreLockedError         another MessageStore holds <root>/lock
         ├── ConsumeQueueGapError         a consume queue unit would skip queue offsets
+        ├── ConsumeQueueDeletingError    a put to a consume queue while it is being deleted
         ├── OffsetOutOfRangeError        a read outside the written part of the commit log / consume queue
         ├── StoreClosedError             the store is not open
         ├── StoreNotWritableError        an earlier I/O failure made the store refuse writes
@@ -83,6 +84,11 @@ class ConsumeQueueGapError(StorageError):
         super().__init__(message)
         self.expected_queue_offset = expected_queue_offset
         self.queue_offset = queue_offset
+
+
+class ConsumeQueueDeletingError(StorageError):
+    """A put (or a second deletion) reached a consume queue while it is being deleted
+    (:mod:`quasar.storage.queue_deletion`); the caller retries once the deletion is done."""
 
 
 class OffsetOutOfRangeError(StorageError):

@@ -11,12 +11,11 @@ Layout under ``config.root_dir`` (semantics.md A2)::
     lock                                                    flock'ed while open (one store per directory)
 
 Life cycle: ``open()`` (blocking: load files, recover, log the recovery time) -> ``await start()`` (threads:
-group commit or periodic flush, consume queue flush, reput, clean; the segment allocator starts at open) ->
-``put`` / ``wait_flushed`` / ``get`` / ``query`` on the loop thread -> ``await close()``.
+group commit or periodic flush, consume queue flush, reput, clean; the allocator starts at open) -> ``put`` /
+``wait_flushed`` / ``get`` / ``query`` on the loop thread -> ``await close()``.
 
-Threads: flush (``flush.py``), reput (``reput.py``: feeds the index, parses keys off the loop), allocate
-(``allocate.py``: the next commit log segment is created before it is needed; the loop only picks up a ready
-file, see its docstring), clean (``clean_service.py``: retention and the disk guard).
+Threads: flush (``flush.py``), reput (``reput.py``: feeds the index), allocate (``allocate.py``: the next
+commit log segment is made before it is needed), clean (``clean_service.py``: retention and the disk guard).
 
 Write path: ``put`` assigns the queue's next queue offset, appends one record to the commit log (one memcpy of
 the body into the mapped segment, after reserving disk blocks) and writes the consume queue unit inline, so
@@ -37,6 +36,7 @@ reaches into another through ``self``:
 - :class:`~quasar.storage.clean_service.StoreRetention`: ``set_queue_min_offset``, ``clean_once``, disk guard;
 - :class:`~quasar.storage.replica_path.StoreReplica`: ``read_commit_log``, ``append_replicated``, replica mode,
   ``truncate_commit_log`` (RocketMQ HA; the methods come from its :class:`ReplicaFacade` base class).
+- :class:`~quasar.storage.queue_deletion.QueueDeletion`: ``delete_queue`` (a deleted topic's consume queue).
 
 ``put``, ``put_batch``, ``get`` and ``wait_flushed`` are bound onto the instance in ``__init__`` (the methods
 below document them and give mypy their signatures): the publish and dispatch paths pay no delegation call.
@@ -44,10 +44,7 @@ The managed ledger sees the store only through :class:`~quasar.storage.port.Mess
 
 **Read visibility guarantee** (what the managed ledger relies on): when ``wait_flushed(end)`` resolves for a
 put, that put's consume queue unit exists and ``get`` returns the record (the unit is written before ``put``
-returns, so before the future can exist). Query by key may lag by a few milliseconds (reput thread).
-
-Recovery at ``open()``: :func:`quasar.storage.recovery.recover` (semantics.md A6) for the commit log and consume
-queues, then the index resumes from :meth:`IndexService.recover_from`; the epoch file loads.
+returns, so before the future can exist). Query by key may lag a few ms (reput thread). Recovery: recovery.py.
 """
 
 from __future__ import annotations
@@ -71,6 +68,7 @@ from quasar.storage.errors import StoreClosedError, StoreLockedError
 from quasar.storage.flush import FlushCallback, FlushDiskType
 from quasar.storage.index_service import IndexService, KeyExtractor
 from quasar.storage.mapped_file import fsync_dir, offset_to_file_name
+from quasar.storage.queue_deletion import QueueDeletion
 from quasar.storage.read_path import DEFAULT_MAX_GET_BYTES, StoreReader
 from quasar.storage.record import ipv4_host
 from quasar.storage.recovery import RecoveryResult, recover
@@ -183,6 +181,8 @@ class MessageStore(ReplicaFacade):
         self._flusher = StoreFlusher(parts)
         self._retention = StoreRetention(parts, disk_usage)
         self._replica = StoreReplica(parts, self.dispatchers, self._flusher, self._retention, self.allocator)
+        self.delete_queue = QueueDeletion(parts, self._retention.run_on_loop, self._flusher.consume_queues_held,
+                                          self._retention.clean_lock, lambda: self.checkpoint).delete_queue  # fmt: skip
         # The publish and dispatch paths call the parts directly: no delegation frame per call.
         self.put = self._writer.put  # type: ignore[method-assign]  # same signature, bound once
         self.put_batch = self._writer.put_batch  # type: ignore[method-assign]  # same signature, bound once

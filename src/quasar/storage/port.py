@@ -68,3 +68,7 @@ class MessageStorePort(Protocol):
     def set_queue_min_offset(self, topic: str, queue_id: int, queue_offset: int) -> None:
         """Units below ``queue_offset`` are no longer needed (retention may reclaim them); never moves back."""
         ...
+
+    async def delete_queue(self, topic: str, queue_id: int) -> int:
+        """Delete the queue's units; its queue offsets stay taken (returns where the empty queue starts)."""
+        ...

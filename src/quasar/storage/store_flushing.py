@@ -192,6 +192,13 @@ class StoreFlusher:
                 checkpoint.flush()
 
     @contextlib.contextmanager
+    def consume_queues_held(self) -> Iterator[None]:
+        """Hold the consume queue flush lock: no flush touches a consume queue file meanwhile (a queue being
+        deleted); commit log flushes go on. Blocking."""
+        with self._consume_queue_flush_lock:
+            yield
+
+    @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
         """Hold the flush locks (consume queues, then commit log): no flush thread touches a file meanwhile
         (``MessageStore.truncate_commit_log`` deletes and cuts files). Blocking."""

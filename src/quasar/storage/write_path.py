@@ -433,6 +433,10 @@ class StoreWriter:
             f"until reopened (recovery rebuilds the consume queues): {exc!r}"
         )
 
+    def forget_queue(self, topic: str, queue_id: int) -> None:
+        """Drop the writer of (topic, queue id): its consume queue was detached (deleted). Loop thread."""
+        self._queue_writers.pop((topic, queue_id), None)
+
     def _new_writer(self, topic: object, queue_id: object) -> _QueueWriter | None:
         """The writer of a (topic, queue id) seen for the first time; None when either is illegal."""
         if (

@@ -146,6 +146,14 @@ class FakeMessageStore:
         del queue.messages[:count]
         queue.min_offset += count
 
+    async def delete_queue(self, topic: str, queue_id: int) -> int:
+        """Drop every message of the queue; its offsets stay taken (the real store's ``delete_queue``)."""
+        queue = self._queues.get((topic, queue_id))
+        if queue is None:
+            return 0
+        self.remove_before(topic, queue_id, queue.max_offset)
+        return queue.max_offset
+
     # ------------------------------------------------------------------ facade
     def put(
         self,

@@ -22,7 +22,8 @@ resetcursor by time, unload); skip, resetcursor to a message id and peek answer 
 - ``GET .../partitioned-stats[?perPartition=true]``: Pulsar PartitionedTopicStats: the partitions' TopicStats
   summed, ``metadata.partitions``, and ``partitions`` ``{partition name: TopicStats}`` (default true).
 - ``PUT .../unload``: close the topic object (clients are disconnected and reconnect; it loads again); 204.
-- ``DELETE .../{topic}`` and ``DELETE .../{topic}/partitions``: 405, the store cannot delete a topic's data.
+- ``DELETE .../{topic}[?force=true]`` and ``DELETE .../{topic}/partitions[?force=true]``: delete the topic / every
+  partition of a partitioned topic and its metadata (``quasar.broker.topic_deletion``); 204.
 
 404 "Subscription not found" for an unknown subscription; unknown topics 404.
 """
@@ -298,18 +299,30 @@ async def unload(request: web.Request) -> web.Response:
 
 
 async def delete_topic(request: web.Request) -> web.Response:
-    """DELETE .../{topic}[/partitions]: 405, Quasar's store cannot delete a topic's data (module docstring)."""
-    if request.match_info["domain"] not in ("persistent", "non-persistent"):
+    """DELETE .../{topic}[?force=true] (Pulsar ``deleteTopic``) and DELETE .../{topic}/partitions[?force=true]
+    (``deletePartitionedTopic``): 204; 412 while clients are connected unless ``force``; 404 for an unknown
+    topic; 409 for the base name of a partitioned topic without ``/partitions``."""
+    domain = request.match_info["domain"]
+    if domain not in ("persistent", "non-persistent"):
         raise web.HTTPNotFound(text='{"reason": "Not found"}', content_type="application/json")
-    raise _not_allowed(
-        request,
-        "Deleting topics is not supported by Quasar: its message store has no way to delete a topic's"
-        " consume queue and ledgers; delete its subscriptions and let retention remove the data",
-    )
+    info = request.match_info
+    topic = TopicName.parse(f"{domain}://{info['tenant']}/{info['namespace']}/{info['topic']}")
+    force = request.query.get("force", "false").lower() == "true"
+    service = _service(request)
+    if request.path.endswith("/partitions"):
+        await service.delete_partitioned_topic(topic, force=force)
+    elif service.partitions(topic) > 0:
+        raise web.HTTPConflict(
+            text=web.json_response({"reason": f"{topic.full_name} is a partitioned topic"}).text,
+            content_type="application/json",
+        )
+    else:
+        await service.delete_topic(topic, force=force)
+    return web.Response(status=204)
 
 
 OWNER_ONLY = (create_subscription, skip_all, skip, expire_messages, expire_all_subscriptions,
-              reset_cursor_by_time, reset_cursor_to_message, peek, unload)  # fmt: skip
+              reset_cursor_by_time, reset_cursor_to_message, peek, unload, delete_topic)  # fmt: skip
 """Handlers the cluster's owner-redirect middleware sends to the topic's owning broker."""
 
 
