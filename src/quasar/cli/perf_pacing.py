@@ -63,14 +63,19 @@ class FixedRatePacer:
         return self.start_time + index / self.rate
 
     def due_count(self, now: float) -> int:
-        """How many messages (indexes ``0 .. n-1``) are due by clock time ``now``: ``floor((now - start) *
-        rate) + 1``, 0 before the start. Unbounded (``sys.maxsize``) at rate 0."""
+        """How many messages (indexes ``0 .. n-1``) are due by clock time ``now``: those whose
+        :meth:`intended_time` is ``<= now`` (``floor((now - start) * rate) + 1``, corrected for rounding so that
+        it agrees with :meth:`intended_time` exactly); 0 before the start; ``2**62`` (no limit) at rate 0."""
         if self.rate == 0:
             return 2**62
-        elapsed = now - self.start_time
-        if elapsed < 0:
+        if now < self.start_time:
             return 0
-        return math.floor(elapsed * self.rate) + 1
+        count = math.floor((now - self.start_time) * self.rate) + 1
+        while self.intended_time(count) <= now:
+            count += 1
+        while count > 0 and self.intended_time(count - 1) > now:
+            count -= 1
+        return count
 
     def wait_until_due(self, index: int, should_stop: Callable[[], bool] | None = None) -> None:
         """Sleep until message ``index`` is due (or ``should_stop()`` turns true, checked every

@@ -78,7 +78,7 @@ class ProduceRun:
 
         def done(result: Any, _message_id: Any) -> None:
             if is_ok(result):
-                recorder.record(int((clock() - intended) * 1_000_000), size)
+                recorder.record(round((clock() - intended) * 1_000_000), size)
             else:
                 recorder.record_failure(result)
 
