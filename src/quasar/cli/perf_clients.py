@@ -9,7 +9,6 @@ given pending-queue size, batching on when the batch window is above 0 ms.
 
 from __future__ import annotations
 
-import logging
 import socket
 from dataclasses import dataclass
 from typing import Any
@@ -95,7 +94,9 @@ class PerfClient:
 
             self._lib: Any = pulsar
             self._ok: Any = pulsar.Result.Ok
-            kwargs["logger"] = logging.getLogger("quasar.perf.pulsar-client")
+            # the C++ client's own console logger at WARN: a Python logging.Logger here makes the process abort
+            # now and then at exit ("terminate called without an active exception", pulsar-client-python#256)
+            kwargs["logger"] = pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn)
             if auth_token:
                 kwargs["authentication"] = pulsar.AuthenticationToken(auth_token)
         else:
