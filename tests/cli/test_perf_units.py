@@ -18,7 +18,7 @@ from quasar.cli.perf_consume import ConsumeRun, end_to_end_us
 from quasar.cli.perf_options import topic_names
 from quasar.cli.perf_pacing import FixedRatePacer
 from quasar.cli.perf_produce import ProduceRun
-from quasar.cli.perf_stats import HdrLog, LatencyRecorder
+from quasar.cli.perf_stats import HdrLog, LatencyRecorder, Reporter
 
 
 class FakeClock:
@@ -230,7 +230,8 @@ def test_recorder_intervals_and_the_hdr_log_round_trip(tmp_path: Path) -> None:
     assert recorder.completed == 5
 
     path = tmp_path / "run.hlog"
-    log = HdrLog.create(str(path), 1_700_000_000.0)
+    log = HdrLog.create(str(path))
+    log.begin(1_700_000_000.0)
     log.write(first)
     log.write(second)
     log.close()
@@ -265,5 +266,41 @@ def test_bad_options_and_urls_are_refused_with_a_reason() -> None:
     assert result.exit_code == 2 and "Sideways" in result.output
     result = runner.invoke(main, ["perf", "produce", "t", "-u", "http://127.0.0.1:8080"])
     assert result.exit_code == 1 and "pulsar://host:port" in result.output
+    result = runner.invoke(main, ["perf", "produce", "t", "--histogram-file", "/nonexistent-dir/x.hlog"])
+    assert result.exit_code == 1 and "cannot write the histogram file" in result.output
     with pytest.raises(ValueError, match="bad port"):
         probe_service_url("pulsar://127.0.0.1:http")
+
+
+def test_reporter_lines_totals_and_log_times_follow_the_run_start(tmp_path: Path) -> None:
+    clock = FakeClock(500.0)
+    recorder = LatencyRecorder()
+    path = tmp_path / "r.hlog"
+    lines: list[str] = []
+
+    class Console:
+        def print(self, text: str, **_: Any) -> None:
+            lines.append(text)
+
+    reporter = Reporter("sent", recorder, Console(), hdr_log=HdrLog.create(str(path)), clock=clock,
+                        wall=lambda: 1_800_000_010.0, extra=lambda: " | pending 7")  # fmt: skip
+    clock.now = 502.0  # the run started 2 s before "now": the log's base time is wall - 2 s
+    reporter.restart(500.0)
+    for _ in range(1000):
+        recorder.record(2_000, 1024)
+    clock.now = 503.0
+    reporter.tick()
+    recorder.record(9_000, 1024)
+    recorder.record_failure("boom")
+    clock.now = 503.5
+    summary = reporter.stop()
+    assert lines[0] == (
+        "[   3.0s] 1000 msgs sent |      333.3 msg/s    0.326 MB/s | latency ms p50 2.000 p99 2.000 p99.9 2.000"
+        " max 2.000 | pending 7"
+    )
+    assert lines[1].startswith("[   3.5s] 1001 msgs sent |        2.0 msg/s") and "1 failed" in lines[1]
+    assert (summary.messages, summary.failures, summary.elapsed) == (1001, 1, 3.5)
+    assert summary.histogram.get_total_count() == 1001
+    text = path.read_text()
+    assert "#[BaseTime: 1800000008.000000 (seconds since epoch)]" in text
+    assert "\n0.000000,3.000000,2.000000,HISTF" in text and "\n3.000000,0.500000,9.000000,HISTF" in text

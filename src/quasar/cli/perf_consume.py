@@ -16,10 +16,11 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 from quasar.cli.perf_clients import SUBSCRIPTION_TYPES, PerfClient
-from quasar.cli.perf_options import common_options, open_client, topic_names
-from quasar.cli.perf_stats import HdrLog, LatencyRecorder, Reporter
+from quasar.cli.perf_options import common_options, open_client, open_hdr_log, topic_names
+from quasar.cli.perf_stats import LatencyRecorder, Reporter
 
 __all__ = ["ConsumeRun", "consume", "end_to_end_us"]
 
@@ -157,6 +158,7 @@ def consume(
     """
     console = Console(highlight=False, soft_wrap=True)
     topics = topic_names(topic, num_topics)
+    hdr_log = open_hdr_log(histogram_file)
     client = open_client(client_kind, service_url, auth_token)
     try:
         try:
@@ -172,11 +174,10 @@ def consume(
             raise click.ClickException(f"cannot subscribe on {service_url}: {exc}") from None
         console.print(
             f"Consuming {len(topics)} topic(s) with {len(consumers)} consumer(s) through the {client_kind} client:"
-            f" subscription {subscription!r} ({subscription_type}, {subscription_position})"
+            f" subscription {escape(repr(subscription))} ({subscription_type}, {subscription_position})"
         )
         recorder = LatencyRecorder()
         run = ConsumeRun(consumers, recorder, _is_timeout(client), num_messages=num_messages)
-        hdr_log = HdrLog.create(histogram_file, time.time()) if histogram_file else None
         reporter = Reporter("received", recorder, console, hdr_log=hdr_log)
         reporter.restart(time.monotonic())
         reporter.run_in_background()
@@ -194,5 +195,7 @@ def consume(
         reporter.print_summary("Aggregated consume stats", summary, "Messages received")
     finally:
         client.close()
+        if hdr_log is not None:
+            hdr_log.close()
     if run.error is not None:
         raise click.ClickException(f"receive failed: {run.error}")

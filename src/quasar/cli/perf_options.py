@@ -14,8 +14,9 @@ from typing import Any, TypeVar
 import click
 
 from quasar.cli.perf_clients import CLIENTS, PerfClient, probe_service_url
+from quasar.cli.perf_stats import HdrLog
 
-__all__ = ["common_options", "open_client", "topic_names"]
+__all__ = ["common_options", "open_client", "open_hdr_log", "topic_names"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -88,3 +89,17 @@ def open_client(client_kind: str, service_url: str, auth_token: str | None) -> P
         ) from None
     except Exception as exc:  # noqa: BLE001 - the official client has its own exception types
         raise click.ClickException(f"cannot create a {client_kind} client for {service_url}: {exc}") from None
+
+
+def open_hdr_log(path: str | None) -> HdrLog | None:
+    """Open the ``--histogram-file`` (None without one).
+
+    Raises:
+        click.ClickException: the file cannot be written (exit status 1 with the reason).
+    """
+    if path is None:
+        return None
+    try:
+        return HdrLog.create(path)
+    except OSError as exc:
+        raise click.ClickException(f"cannot write the histogram file: {exc}") from None

@@ -22,7 +22,7 @@ import click
 from rich.console import Console
 
 from quasar.cli.perf_clients import COMPRESSIONS, ProducerSettings
-from quasar.cli.perf_options import common_options, open_client, topic_names
+from quasar.cli.perf_options import common_options, open_client, open_hdr_log, topic_names
 from quasar.cli.perf_pacing import FixedRatePacer
 from quasar.cli.perf_stats import HdrLog, LatencyRecorder, Reporter
 
@@ -192,6 +192,7 @@ def produce(
         compression=compression.upper(),
         max_pending=max_outstanding,
     )
+    hdr_log = open_hdr_log(histogram_file)
     client = open_client(client_kind, service_url, auth_token)
     try:
         try:
@@ -207,10 +208,12 @@ def produce(
             f"compression {settings.compression}"
         )
         summary, outstanding, recorder = _run(
-            console, producers, client.is_ok, size, rate, num_messages, test_duration, histogram_file
+            console, producers, client.is_ok, size, rate, num_messages, test_duration, hdr_log
         )
     finally:
         client.close()
+        if hdr_log is not None:
+            hdr_log.close()
     if outstanding:
         raise click.ClickException(f"{outstanding} messages got no receipt within {DRAIN_TIMEOUT_S:g} s")
     if summary.failures:
@@ -225,14 +228,13 @@ def _run(
     rate: float,
     num_messages: int,
     duration: float,
-    histogram_file: str | None,
+    hdr_log: HdrLog | None,
 ) -> tuple[Any, int, LatencyRecorder]:
     recorder = LatencyRecorder()
     pacer = FixedRatePacer(rate)
     run = ProduceRun(
         producers, os.urandom(size), pacer, recorder, is_ok, num_messages=num_messages, duration_s=duration
     )
-    hdr_log = HdrLog.create(histogram_file, time.time()) if histogram_file else None
     reporter = Reporter(
         "sent", recorder, console, hdr_log=hdr_log,
         extra=lambda: f" | pending {max(0, run.sent - recorder.completed)}",

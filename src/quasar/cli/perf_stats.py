@@ -116,13 +116,19 @@ class HdrLog:
 
     Args:
         stream: a text file opened for writing; closed by :meth:`close`.
-        base_time_s: wall-clock time (seconds since the epoch) of the run's start; interval times are relative
-            to it (``#[BaseTime: ...]``).
+
+    :meth:`begin` writes the header once the run's start is known; :meth:`write` appends intervals.
     """
 
-    def __init__(self, stream: IO[str], base_time_s: float) -> None:
+    def __init__(self, stream: IO[str]) -> None:
         self._writer = HistogramLogWriter(stream)
         self._stream = stream
+        self._base_ms = 0.0
+
+    def begin(self, base_time_s: float) -> None:
+        """Write the header: ``base_time_s`` (wall clock, seconds since the epoch) is the run's start, which
+        interval times are relative to (``#[StartTime: ...]``, ``#[BaseTime: ...]``)."""
+        stream = self._stream
         self._base_ms = base_time_s * 1000.0
         self._writer.base_time = self._base_ms
         when = datetime.fromtimestamp(base_time_s, tz=UTC).isoformat(" ")
@@ -134,14 +140,14 @@ class HdrLog:
         self._writer.output_legend()
 
     @classmethod
-    def create(cls, path: str, base_time_s: float) -> HdrLog:
-        """Open (truncate) ``path`` and write the log's header.
+    def create(cls, path: str) -> HdrLog:
+        """Open (truncate) ``path`` for the log.
 
         Raises:
             OSError: the file cannot be written.
         """
         stream = open(path, "w", encoding="utf-8")  # noqa: SIM115 - owned by the log, closed by close()
-        return cls(stream, base_time_s)
+        return cls(stream)
 
     def write(self, interval: IntervalStats) -> None:
         """Append one interval (its times are seconds since the base time)."""
@@ -196,6 +202,7 @@ class Reporter:
         hdr_log: the ``--histogram-file`` log, or None.
         extra: called for a suffix of each line (e.g. the producers' pending count), or None.
         clock: monotonic clock (s).
+        wall: wall clock (s since the epoch), for the HDR log's start time.
     """
 
     def __init__(
@@ -207,8 +214,10 @@ class Reporter:
         hdr_log: HdrLog | None = None,
         extra: Callable[[], str] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.verb = verb
+        self.wall = wall
         self.recorder = recorder
         self.console = console
         self.hdr_log = hdr_log
@@ -224,9 +233,12 @@ class Reporter:
         self._thread: threading.Thread | None = None
 
     def restart(self, start: float) -> None:
-        """Make clock time ``start`` the beginning of the run (and of the first interval)."""
+        """Make clock time ``start`` the beginning of the run (and of the first interval); call once, before
+        :meth:`run_in_background`. Writes the HDR log's header."""
         self.start = start
         self._last = 0.0
+        if self.hdr_log is not None:
+            self.hdr_log.begin(self.wall() - (self.clock() - start))
 
     def tick(self) -> IntervalStats:
         """Close the current interval: print its line, log it, add it to the totals."""
