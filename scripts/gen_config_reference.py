@@ -321,7 +321,7 @@ def _anchor(title: str) -> str:
 
 def render() -> str:
     """The whole of docs/configuration.md."""
-    from quasar.cli.broker import broker
+    from quasar.cli.broker import DEFAULT_CLUSTER_NAME, broker
     from quasar.cli.cluster import cluster
     from quasar.cli.nameserver import nameserver
     from quasar.cli.standalone import standalone
@@ -330,6 +330,8 @@ def render() -> str:
     names = {f.name for f in fields}
     standalone_flags = config_flags(standalone, names)
     broker_flags = config_flags(broker, names)
+    if "cluster_name" in broker_flags:  # None on the option: the config file's value wins over this default
+        broker_flags["cluster_name"] = (broker_flags["cluster_name"][0], DEFAULT_CLUSTER_NAME)
     out: list[str] = [
         "# Configuration reference",
         "",
@@ -347,10 +349,9 @@ def render() -> str:
         "  starts, with the reason and the list of valid keys. A key left out keeps its default; `(unset)` below",
         "  means the setting is off until a value is given (TOML has no null).",
         "- **Command-line flags**: the flags in the tables below set the same fields; a flag given on the command",
-        "  line wins over the file. `quasar broker` always passes `--cluster` and `--broker-id` (their defaults",
-        "  `quasar-cluster` and `0` apply even when not typed), so with `quasar broker` these two keys of a config",
-        "  file have no effect: give them as flags. `--config FILE` and `--log-level` (DEBUG, INFO, WARNING, ERROR;",
-        "  default INFO; logs go to stderr) are flags only.",
+        "  line wins over the file; `quasar broker` names its cluster `quasar-cluster` when neither gives",
+        "  `cluster_name`. `--config FILE` and `--log-level` (DEBUG, INFO, WARNING, ERROR; default INFO; logs go",
+        "  to stderr) are flags only.",
         "- **Environment variables**: no broker setting is read from the environment. The environment only",
         "  chooses the implementation (`QUASAR_PURE_PYTHON=1`: the pure-Python twins of the compiled hot paths)",
         "  and, for `quasar admin`, the token (`QUASAR_AUTH_TOKEN`).",
