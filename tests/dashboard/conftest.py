@@ -1,0 +1,150 @@
+"""Fixtures of the dashboard tests: one broker process with traffic from the official client, and one headless
+Debian chromium driven by Selenium (chromedriver from chromium-driver), shared by the module's tests.
+
+The browser tests skip, saying why, when ``chromium`` or ``chromedriver`` is not on PATH (``make test`` runs
+``scripts/ensure_chromium.sh`` first) or selenium is not installed.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from quasar.testing.broker_process import BrokerProcess
+
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-output" / "dashboard"
+TENANT_NS = "public/default"
+ORDERS = f"persistent://{TENANT_NS}/orders"
+PARTED = f"persistent://{TENANT_NS}/parted"
+LIVE = f"persistent://{TENANT_NS}/live"
+ORDER_KEYS = [f"order-{i % 4}" for i in range(12)]
+HTML_BODY = '<img src=x onerror="window.__xss=1"><b>bold</b>'
+LIVE_RATE_HZ = 20
+LIVE_MAX_S = 60.0
+
+
+def admin_get(admin_url: str, path: str) -> Any:
+    with urllib.request.urlopen(admin_url + path, timeout=10) as response:
+        body = response.read()
+        return json.loads(body) if response.headers.get_content_type() == "application/json" else response
+
+
+def admin_raw(admin_url: str, path: str) -> tuple[dict[str, str], bytes]:
+    with urllib.request.urlopen(admin_url + path, timeout=10) as response:
+        return dict(response.headers.items()), response.read()
+
+
+def admin_put(admin_url: str, path: str, body: object) -> None:
+    request = urllib.request.Request(
+        admin_url + path, data=json.dumps(body).encode(), method="PUT",
+        headers={"Content-Type": "application/json"},
+    )  # fmt: skip
+    with urllib.request.urlopen(request, timeout=10):
+        pass
+
+
+@dataclass
+class Traffic:
+    """The broker and what the official client did on it (see :func:`traffic`)."""
+
+    broker: BrokerProcess
+    orders_producer: str
+    live_sent: list[int] = field(default_factory=lambda: [0])
+
+    @property
+    def admin_url(self) -> str:
+        assert self.broker.admin_url is not None
+        return self.broker.admin_url
+
+
+@pytest.fixture(scope="module")
+def traffic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Traffic]:
+    """A broker with: ``orders`` (12 keyed messages and one HTML body, subscriptions ``audit`` with a connected
+    consumer that acknowledges nothing and ``archive`` with none, the producer kept open), ``parted`` (2
+    partitions, 8 keyed messages, subscription ``s`` with a consumer) and ``live``, where a producer thread
+    sends LIVE_RATE_HZ messages a second (at most LIVE_MAX_S, stopped at teardown) to a ``tail`` subscription."""
+    pulsar = pytest.importorskip("pulsar")
+    broker = BrokerProcess(tmp_path_factory.mktemp("dashboard") / "data").start()
+    client = None
+    stop = threading.Event()
+    sender: threading.Thread | None = None
+    try:
+        assert broker.service_url is not None and broker.admin_url is not None
+        client = pulsar.Client(
+            broker.service_url,
+            operation_timeout_seconds=10,
+            logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
+        )
+        admin_put(broker.admin_url, f"/admin/v2/persistent/{TENANT_NS}/parted/partitions", 2)
+        audit = client.subscribe(ORDERS, "audit", consumer_name="audit-reader")
+        client.subscribe(ORDERS, "archive").close()  # a durable subscription without consumers
+        orders = client.create_producer(ORDERS, producer_name="orders-producer", batching_enabled=False)
+        for i, key in enumerate(ORDER_KEYS):
+            orders.send(f"order {i} for {key}".encode(), partition_key=key, properties={"n": str(i)})
+        orders.send(HTML_BODY.encode(), partition_key="html")
+        parted_consumer = client.subscribe(PARTED, "s", consumer_name="parted-reader")
+        parted = client.create_producer(PARTED, producer_name="parted-producer", batching_enabled=False)
+        for i in range(8):
+            parted.send(f"parted {i}".encode(), partition_key=f"p{i}")
+        live_consumer = client.subscribe(LIVE, "tail", consumer_name="live-reader")
+        live = client.create_producer(LIVE, producer_name="live-producer", batching_enabled=False)
+        result = Traffic(broker, "orders-producer")
+
+        def send_steadily() -> None:
+            deadline = time.monotonic() + LIVE_MAX_S
+            count = 0
+            while not stop.is_set() and time.monotonic() < deadline:
+                live.send_async(f"live {count}".encode(), None)
+                count += 1
+                result.live_sent[0] = count
+                stop.wait(1 / LIVE_RATE_HZ)
+
+        sender = threading.Thread(target=send_steadily, name="live-producer", daemon=True)
+        sender.start()
+        yield result
+        del audit, parted_consumer, live_consumer
+    finally:
+        stop.set()
+        if sender is not None:
+            sender.join(timeout=10)
+        if client is not None:
+            client.close()
+        broker.stop()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """One headless chromium session for the module's pages (skips when chromium/chromedriver is missing)."""
+    webdriver = pytest.importorskip("selenium.webdriver")
+    chromium = shutil.which("chromium")
+    chromedriver = shutil.which("chromedriver")
+    if chromium is None or chromedriver is None:
+        pytest.skip(
+            "Debian's chromium and chromium-driver are needed (scripts/ensure_chromium.sh installs them)"
+        )
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for argument in (
+        "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+        "--window-size=1280,1100", "--no-first-run", "--disable-extensions", "--disable-background-networking",
+    ):  # fmt: skip
+        options.add_argument(argument)
+    driver = webdriver.Chrome(service=Service(executable_path=chromedriver), options=options)
+    driver.set_page_load_timeout(20)
+    driver.set_script_timeout(10)
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    try:
+        yield driver
+    finally:
+        driver.quit()
