@@ -1,5 +1,6 @@
-"""Fixtures of the dashboard tests: one broker process with traffic from the official client, and one headless
-Debian chromium driven by Selenium (chromedriver from chromium-driver), shared by the module's tests.
+"""Fixtures of the dashboard tests: one broker process with token authentication and authorization on (a super
+user ``admin``, no anonymous role) and traffic from the official client, and one headless Debian chromium
+driven by Selenium (chromedriver from chromium-driver), shared by the module's tests.
 
 The browser tests skip, saying why, when ``chromium`` or ``chromedriver`` is not on PATH (``make test`` runs
 ``scripts/ensure_chromium.sh`` first) or selenium is not installed.
@@ -19,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from quasar.security.tokens import create_secret_key, create_token
 from quasar.testing.broker_process import BrokerProcess
 
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-output" / "dashboard"
@@ -30,40 +32,40 @@ ORDER_KEYS = [f"order-{i % 4}" for i in range(12)]
 HTML_BODY = '<img src=x onerror="window.__xss=1"><b>bold</b>'
 LIVE_RATE_HZ = 20
 LIVE_MAX_S = 60.0
-
-
-def admin_get(admin_url: str, path: str) -> Any:
-    with urllib.request.urlopen(admin_url + path, timeout=10) as response:
-        body = response.read()
-        return json.loads(body) if response.headers.get_content_type() == "application/json" else response
-
-
-def admin_raw(admin_url: str, path: str) -> tuple[dict[str, str], bytes]:
-    with urllib.request.urlopen(admin_url + path, timeout=10) as response:
-        return dict(response.headers.items()), response.read()
-
-
-def admin_put(admin_url: str, path: str, body: object) -> None:
-    request = urllib.request.Request(
-        admin_url + path, data=json.dumps(body).encode(), method="PUT",
-        headers={"Content-Type": "application/json"},
-    )  # fmt: skip
-    with urllib.request.urlopen(request, timeout=10):
-        pass
+SUPER_USER = "admin"
 
 
 @dataclass
 class Traffic:
-    """The broker and what the official client did on it (see :func:`traffic`)."""
+    """The broker, the super user's token, and what the official client did (see :func:`traffic`)."""
 
     broker: BrokerProcess
-    orders_producer: str
+    token: str
     live_sent: list[int] = field(default_factory=lambda: [0])
 
     @property
     def admin_url(self) -> str:
         assert self.broker.admin_url is not None
         return self.broker.admin_url
+
+    def _open(self, path: str, data: bytes | None = None, method: str = "GET") -> Any:
+        headers = {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"}
+        request = urllib.request.Request(self.admin_url + path, data=data, method=method, headers=headers)
+        return urllib.request.urlopen(request, timeout=10)
+
+    def get(self, path: str) -> Any:
+        """The JSON answer of an admin GET, as the super user."""
+        with self._open(path) as response:
+            return json.loads(response.read())
+
+    def raw(self, path: str) -> tuple[dict[str, str], bytes]:
+        """(headers, body) of an admin GET, as the super user."""
+        with self._open(path) as response:
+            return dict(response.headers.items()), response.read()
+
+    def put(self, path: str, body: object) -> None:
+        with self._open(path, json.dumps(body).encode(), "PUT"):
+            pass
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +75,18 @@ def traffic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Traffic]:
     partitions, 8 keyed messages, subscription ``s`` with a consumer) and ``live``, where a producer thread
     sends LIVE_RATE_HZ messages a second (at most LIVE_MAX_S, stopped at teardown) to a ``tail`` subscription."""
     pulsar = pytest.importorskip("pulsar")
-    broker = BrokerProcess(tmp_path_factory.mktemp("dashboard") / "data").start()
+    root = tmp_path_factory.mktemp("dashboard")
+    key = create_secret_key()
+    (root / "secret.key").write_bytes(key)
+    (root / "broker.toml").write_text(
+        "authentication_enabled = true\n"
+        'authentication_providers = ["token"]\n'
+        f'token_secret_key = "file://{root / "secret.key"}"\n'
+        "authorization_enabled = true\n"
+        f'super_user_roles = ["{SUPER_USER}"]\n'
+    )
+    token = create_token(SUPER_USER, secret_key=key, expiry_s=3600)
+    broker = BrokerProcess(root / "data", extra_args=("--config", str(root / "broker.toml"))).start()
     client = None
     stop = threading.Event()
     sender: threading.Thread | None = None
@@ -82,9 +95,11 @@ def traffic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Traffic]:
         client = pulsar.Client(
             broker.service_url,
             operation_timeout_seconds=10,
+            authentication=pulsar.AuthenticationToken(token),
             logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
         )
-        admin_put(broker.admin_url, f"/admin/v2/persistent/{TENANT_NS}/parted/partitions", 2)
+        result = Traffic(broker, token)
+        result.put(f"/admin/v2/persistent/{TENANT_NS}/parted/partitions", 2)
         audit = client.subscribe(ORDERS, "audit", consumer_name="audit-reader")
         client.subscribe(ORDERS, "archive").close()  # a durable subscription without consumers
         orders = client.create_producer(ORDERS, producer_name="orders-producer", batching_enabled=False)
@@ -97,7 +112,6 @@ def traffic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Traffic]:
             parted.send(f"parted {i}".encode(), partition_key=f"p{i}")
         live_consumer = client.subscribe(LIVE, "tail", consumer_name="live-reader")
         live = client.create_producer(LIVE, producer_name="live-producer", batching_enabled=False)
-        result = Traffic(broker, "orders-producer")
 
         def send_steadily() -> None:
             deadline = time.monotonic() + LIVE_MAX_S

@@ -22,8 +22,6 @@ from tests.dashboard.conftest import (
     SCREENSHOTS,
     TENANT_NS,
     Traffic,
-    admin_get,
-    admin_raw,
 )
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
@@ -53,8 +51,21 @@ def wait_for(check: Callable[[], Any], what: str, timeout_s: float = WAIT_S) -> 
     pytest.fail(f"timed out after {timeout_s} s waiting for {what} (last: {last!r})")
 
 
-def open_page(browser: Any, traffic: Traffic, route: str) -> None:
-    browser.get(f"{traffic.admin_url}/dashboard/#{route}")
+TOKEN_KEY = "quasar.dashboard.token"
+
+
+def open_page(browser: Any, traffic: Traffic, route: str, *, token: bool = True) -> None:
+    """Load the dashboard at ``#route`` with the super user's token pasted (kept in sessionStorage, as the
+    token form does) or, ``token=False``, none."""
+    url = f"{traffic.admin_url}/dashboard/"
+    if not browser.current_url.startswith(url):
+        browser.get(url)
+    if token:
+        browser.execute_script("sessionStorage.setItem(arguments[0], arguments[1])", TOKEN_KEY, traffic.token)
+    else:
+        browser.execute_script("sessionStorage.removeItem(arguments[0])", TOKEN_KEY)
+    browser.get(f"{url}#{route}")
+    browser.refresh()  # a new page, whatever the previous hash was
 
 
 def rows(browser: Any, selector: str) -> dict[str, dict[str, str]]:
@@ -75,19 +86,43 @@ def backlog(stats_json: dict[str, Any]) -> int:
 
 
 def topic_api(traffic: Traffic, local: str, suffix: str = "/stats") -> Any:
-    return admin_get(traffic.admin_url, f"/admin/v2/persistent/{TENANT_NS}/{local}{suffix}")
+    return traffic.get(f"/admin/v2/persistent/{TENANT_NS}/{local}{suffix}")
+
+
+def test_api_calls_carry_the_pasted_token(browser: Any, traffic: Traffic) -> None:
+    """The broker has authentication on: the page loads without credentials, says the API wants them, and
+    shows data once a valid token is pasted (a wrong one is refused by the broker, not accepted by the page)."""
+    open_page(browser, traffic, "/", token=False)
+    status = "return [document.getElementById('status').dataset.state, document.getElementById('status').textContent]"
+    _, text = wait_for(lambda: (s := browser.execute_script(status))[0] == "error" and s, "the 401")
+    assert text.startswith("Authentication required: no credentials") and "paste a valid token" in text
+    assert browser.find_element("id", "token-state").text == "no token"
+    for token in ("not-a-jwt", traffic.token):
+        field = browser.find_element("id", "token")
+        field.clear()
+        field.send_keys(token)
+        field.submit()
+        if token != traffic.token:  # sent, and refused by the broker
+            wait_for(
+                lambda: "Failed to authentication token" in browser.execute_script(status)[1], "a refusal"
+            )
+            assert not stats(browser)
+    wait_for(lambda: stats(browser).get("consumers"), "the totals once the token is pasted")
+    assert browser.execute_script(status)[0] == "ok"
+    assert browser.find_element("id", "token-state").text == "token set"
+    assert browser.find_element("id", "token").get_attribute("value") == ""  # not left in the form
+    assert browser.execute_script("return sessionStorage.getItem(arguments[0])", TOKEN_KEY) == traffic.token
 
 
 def test_overview_shows_the_cluster_brokers_namespaces_and_totals(browser: Any, traffic: Traffic) -> None:
     open_page(browser, traffic, "/")
     figures = wait_for(lambda: stats(browser).get("consumers"), "the overview totals") and stats(browser)
-    api = traffic.admin_url
-    assert rows(browser, "#clusters").keys() == set(admin_get(api, "/admin/v2/clusters"))
-    brokers = admin_get(api, "/admin/v2/brokers")
+    assert rows(browser, "#clusters").keys() == set(traffic.get("/admin/v2/clusters"))
+    brokers = traffic.get("/admin/v2/brokers")
     shown = rows(browser, "#brokers-list")
     assert [b["serviceUrl"] for b in shown.values()] == [b["serviceUrl"] for b in brokers]
     namespaces = [
-        ns for t in admin_get(api, "/admin/v2/tenants") for ns in admin_get(api, f"/admin/v2/namespaces/{t}")
+        ns for t in traffic.get("/admin/v2/tenants") for ns in traffic.get(f"/admin/v2/namespaces/{t}")
     ]
     assert set(rows(browser, "#namespaces-list")) == set(namespaces)
     assert figures["brokers"] == str(len(brokers))
@@ -185,7 +220,7 @@ def _metrics_status(traffic: Traffic) -> int:
     import urllib.error
 
     try:
-        admin_raw(traffic.admin_url, "/metrics")
+        traffic.raw("/metrics")
     except urllib.error.HTTPError as exc:
         return exc.code
     return 200
@@ -206,7 +241,7 @@ def test_message_browser_peeks_and_queries_by_key(browser: Any, traffic: Traffic
     assert len(peeked) == len(ORDER_KEYS) + 1
     base = f"/admin/v2/persistent/{TENANT_NS}/orders/subscription/archive/position"
     for n in (1, 5, len(ORDER_KEYS) + 1):
-        headers, body = admin_raw(traffic.admin_url, f"{base}/{n}")
+        headers, body = traffic.raw(f"{base}/{n}")
         assert peeked[str(n)]["payload"] == body.decode()
         assert peeked[str(n)]["messageId"] == headers["X-Pulsar-Message-ID"]
         assert peeked[str(n)]["key"] == headers.get("X-Pulsar-partition-key", "")
@@ -226,7 +261,7 @@ def test_message_browser_peeks_and_queries_by_key(browser: Any, traffic: Traffic
     wait_for(lambda: browser.execute_script("return document.getElementById('query-results').dataset.state") == "done",
              "the query result")  # fmt: skip
     found = rows(browser, "#query-list")
-    api = admin_get(traffic.admin_url, f"/admin/v2/persistent/{TENANT_NS}/orders/messages?key={key}")
+    api = traffic.get(f"/admin/v2/persistent/{TENANT_NS}/orders/messages?key={key}")
     assert len(api) == ORDER_KEYS.count(key) == 3
     assert [m["messageId"] for m in found.values()] == [m["messageId"] for m in api]
     assert [m["payload"] for m in found.values()] == [base64.b64decode(m["payload"]).decode() for m in api]

@@ -37,7 +37,7 @@ function report(error) {
   }
   status.dataset.state = "error";
   if (error instanceof ApiError && error.status === 401) {
-    replace(status, `Authentication required: paste a token above (${error.reason})`);
+    replace(status, `${error.reason} (401): paste a valid token above`);
   } else if (error instanceof ApiError && error.status === 403) {
     replace(status, `Not authorized: ${error.reason}`);
   } else if (error instanceof ApiError) {
