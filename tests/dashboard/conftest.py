@@ -8,13 +8,14 @@ The browser tests skip, saying why, when ``chromium`` or ``chromedriver`` is not
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import threading
 import time
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,13 +41,28 @@ class Traffic:
     """The broker, the super user's token, and what the official client did (see :func:`traffic`)."""
 
     broker: BrokerProcess
-    token: str
-    live_sent: list[int] = field(default_factory=lambda: [0])
+    secret_key: bytes
 
     @property
     def admin_url(self) -> str:
         assert self.broker.admin_url is not None
         return self.broker.admin_url
+
+    @functools.cached_property
+    def token(self) -> str:
+        """The super user's token (one for the module)."""
+        return create_token(SUPER_USER, secret_key=self.secret_key, expiry_s=3600)
+
+    def token_for(self, role: str) -> str:
+        return (
+            self.token
+            if role == SUPER_USER
+            else create_token(role, secret_key=self.secret_key, expiry_s=3600)
+        )
+
+    def post(self, path: str, body: object) -> None:
+        with self._open(path, json.dumps(body).encode(), "POST"):
+            pass
 
     def _open(self, path: str, data: bytes | None = None, method: str = "GET") -> Any:
         headers = {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"}
@@ -85,26 +101,27 @@ def traffic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Traffic]:
         "authorization_enabled = true\n"
         f'super_user_roles = ["{SUPER_USER}"]\n'
     )
-    token = create_token(SUPER_USER, secret_key=key, expiry_s=3600)
     broker = BrokerProcess(root / "data", extra_args=("--config", str(root / "broker.toml"))).start()
     client = None
     stop = threading.Event()
     sender: threading.Thread | None = None
     try:
         assert broker.service_url is not None and broker.admin_url is not None
+        result = Traffic(broker, key)
         client = pulsar.Client(
             broker.service_url,
             operation_timeout_seconds=10,
-            authentication=pulsar.AuthenticationToken(token),
+            authentication=pulsar.AuthenticationToken(result.token),
             logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
         )
-        result = Traffic(broker, token)
         result.put(f"/admin/v2/persistent/{TENANT_NS}/parted/partitions", 2)
         audit = client.subscribe(ORDERS, "audit", consumer_name="audit-reader")
         client.subscribe(ORDERS, "archive").close()  # a durable subscription without consumers
         orders = client.create_producer(ORDERS, producer_name="orders-producer", batching_enabled=False)
-        for i, key in enumerate(ORDER_KEYS):
-            orders.send(f"order {i} for {key}".encode(), partition_key=key, properties={"n": str(i)})
+        for i, order_key in enumerate(ORDER_KEYS):
+            orders.send(
+                f"order {i} for {order_key}".encode(), partition_key=order_key, properties={"n": str(i)}
+            )
         orders.send(HTML_BODY.encode(), partition_key="html")
         parted_consumer = client.subscribe(PARTED, "s", consumer_name="parted-reader")
         parted = client.create_producer(PARTED, producer_name="parted-producer", batching_enabled=False)
@@ -119,7 +136,6 @@ def traffic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Traffic]:
             while not stop.is_set() and time.monotonic() < deadline:
                 live.send_async(f"live {count}".encode(), None)
                 count += 1
-                result.live_sent[0] = count
                 stop.wait(1 / LIVE_RATE_HZ)
 
         sender = threading.Thread(target=send_steadily, name="live-producer", daemon=True)

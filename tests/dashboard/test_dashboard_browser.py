@@ -20,6 +20,7 @@ from tests.dashboard.conftest import (
     ORDERS,
     PARTED,
     SCREENSHOTS,
+    SUPER_USER,
     TENANT_NS,
     Traffic,
 )
@@ -54,14 +55,16 @@ def wait_for(check: Callable[[], Any], what: str, timeout_s: float = WAIT_S) -> 
 TOKEN_KEY = "quasar.dashboard.token"
 
 
-def open_page(browser: Any, traffic: Traffic, route: str, *, token: bool = True) -> None:
-    """Load the dashboard at ``#route`` with the super user's token pasted (kept in sessionStorage, as the
-    token form does) or, ``token=False``, none."""
+def open_page(browser: Any, traffic: Traffic, route: str, *, role: str | None = SUPER_USER) -> None:
+    """Load the dashboard at ``#route`` with a token of ``role`` pasted (kept in sessionStorage, as the token
+    form does) or, ``role=None``, none."""
     url = f"{traffic.admin_url}/dashboard/"
     if not browser.current_url.startswith(url):
         browser.get(url)
-    if token:
-        browser.execute_script("sessionStorage.setItem(arguments[0], arguments[1])", TOKEN_KEY, traffic.token)
+    if role is not None:
+        browser.execute_script(
+            "sessionStorage.setItem(arguments[0], arguments[1])", TOKEN_KEY, traffic.token_for(role)
+        )
     else:
         browser.execute_script("sessionStorage.removeItem(arguments[0])", TOKEN_KEY)
     browser.get(f"{url}#{route}")
@@ -92,7 +95,7 @@ def topic_api(traffic: Traffic, local: str, suffix: str = "/stats") -> Any:
 def test_api_calls_carry_the_pasted_token(browser: Any, traffic: Traffic) -> None:
     """The broker has authentication on: the page loads without credentials, says the API wants them, and
     shows data once a valid token is pasted (a wrong one is refused by the broker, not accepted by the page)."""
-    open_page(browser, traffic, "/", token=False)
+    open_page(browser, traffic, "/", role=None)
     status = "return [document.getElementById('status').dataset.state, document.getElementById('status').textContent]"
     _, text = wait_for(lambda: (s := browser.execute_script(status))[0] == "error" and s, "the 401")
     assert text.startswith("Authentication required: no credentials") and "paste a valid token" in text
@@ -302,3 +305,17 @@ def test_latency_quantiles_from_prometheus_buckets_in_the_browser(browser: Any, 
     assert p99 == pytest.approx(1 + 4 * 49 / 50)
     assert c50 == pytest.approx(1.0) and c99 == pytest.approx(1 + 4 * 49 / 50)
     assert empty is None
+
+
+def test_a_role_with_consume_on_a_namespace_sees_what_it_may(browser: Any, traffic: Traffic) -> None:
+    """Not a super user: the overview shows the cluster and says the broker list is refused (403) instead of
+    failing whole, and the Topics page of the namespace the role may consume still lists its topics."""
+    traffic.post(f"/admin/v2/namespaces/{TENANT_NS}/permissions/reader", ["consume"])
+    open_page(browser, traffic, "/", role="reader")
+    wait_for(lambda: "403" in browser.find_element("id", "brokers").text, "the refused broker list")
+    assert set(rows(browser, "#clusters")) == set(traffic.get("/admin/v2/clusters"))
+    assert stats(browser)["brokers"] == NO_VALUE
+    open_page(browser, traffic, f"/topics/{TENANT_NS}", role="reader")
+    shown = wait_for(lambda: rows(browser, "#topics-list"), "the topics the role may see")
+    assert set(shown) == {ORDERS, PARTED, LIVE}
+    assert shown[ORDERS]["backlog"] == str(backlog(topic_api(traffic, "orders")))

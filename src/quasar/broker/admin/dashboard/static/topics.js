@@ -71,27 +71,33 @@ export function render(view, params, query, ctx) {
   const chosen = tenant ? `${tenant}/${namespace}` : null;
   const rates = new RateTracker();
 
+  const pollChosen = () => ctx.poll(async (signal) => {
+    const rows = await loadNamespace(chosen, signal);
+    const now = performance.now();
+    for (const row of rows) Object.assign(row, rates.update(row.topic.full, row.summary, now));
+    replace(tableBox, topicsTable(rows));
+    replace(note, rows.truncated ? `Showing ${rows.length} of ${rows.total} topics.` : `${rows.length} topics.`);
+    ctx.ok();
+  }, 2000);
+  if (chosen !== null) {
+    selector.append(el("option", { value: chosen, selected: true }, chosen));
+    pollChosen(); // a role that may not list tenants (super user only) still sees a namespace it names
+  }
   loadNamespaces(ctx.signal).then((namespaces) => {
     replace(selector, namespaces.map((ns) => el("option", { value: ns, selected: ns === chosen }, ns)));
-    if (chosen === null) {
-      if (namespaces.length === 0) {
-        replace(tableBox, "No namespace.");
-        return;
-      }
-      const first = namespaces.includes("public/default") ? "public/default" : namespaces[0];
-      window.location.replace(`#/topics/${first.split("/").map(encodeURIComponent).join("/")}`);
+    if (chosen !== null) {
+      if (!namespaces.includes(chosen)) selector.append(el("option", { value: chosen, selected: true }, chosen));
       return;
     }
-    if (!namespaces.includes(chosen)) selector.append(el("option", { value: chosen, selected: true }, chosen));
-    ctx.poll(async (signal) => {
-      const rows = await loadNamespace(chosen, signal);
-      const now = performance.now();
-      for (const row of rows) Object.assign(row, rates.update(row.topic.full, row.summary, now));
-      replace(tableBox, topicsTable(rows));
-      replace(note, rows.truncated ? `Showing ${rows.length} of ${rows.total} topics.` : `${rows.length} topics.`);
-      ctx.ok();
-    }, 2000);
-  }, (error) => ctx.error(error));
+    if (namespaces.length === 0) {
+      replace(tableBox, "No namespace.");
+      return;
+    }
+    const first = namespaces.includes("public/default") ? "public/default" : namespaces[0];
+    window.location.replace(`#/topics/${first.split("/").map(encodeURIComponent).join("/")}`);
+  }, (error) => {
+    if (chosen === null) ctx.error(error);
+  });
 }
 
 function topicsTable(rows) {
