@@ -1,10 +1,12 @@
 """Authentication and authorization of the admin REST API (Pulsar's ``AuthenticationFilter`` and the
 ``validate*`` checks of its admin resources; reference/security.md §2-3).
 
-With ``authentication_enabled`` every request but ``GET /status.html`` (Pulsar's health page) is
-authenticated from ``Authorization: Bearer <jwt>``, ``Authorization: Basic <base64 user:password>`` or the TLS
-client certificate (``quasar.security.authentication``): 401 ``{"reason": ...}`` when that fails. With
-``authorization_enabled`` the role must then hold the route's :class:`Requirement` (403 otherwise):
+With ``authentication_enabled`` every request but ``GET /status.html`` (Pulsar's health page) and the
+dashboard's static files (``/dashboard``, ``/dashboard/``, ``/dashboard/static/{name}``: they hold no data; the
+page's API calls carry the user's token) is authenticated from ``Authorization: Bearer <jwt>``,
+``Authorization: Basic <base64 user:password>`` or the TLS client certificate
+(``quasar.security.authentication``): 401 ``{"reason": ...}`` when that fails. With ``authorization_enabled`` the
+role must then hold the route's :class:`Requirement` (403 otherwise):
 
 - ``SUPER_USER``: tenants, clusters, brokers, replication, broker stats, and any route not listed below;
 - ``TENANT_ADMIN`` (super user or one of the tenant's ``adminRoles``): reading a tenant, namespaces, namespace
@@ -29,6 +31,7 @@ from types import MappingProxyType
 
 from aiohttp import web
 
+from quasar.broker.admin.dashboard_routes import DASHBOARD_ROUTES
 from quasar.broker.admin.tls import peer_certificate_der
 from quasar.broker.auth import BrokerSecurity
 from quasar.protocol import TopicName
@@ -37,6 +40,7 @@ from quasar.security.authentication import AuthenticationError
 
 __all__ = [
     "OPEN_PATHS",
+    "OPEN_ROUTES",
     "ROUTE_REQUIREMENTS",
     "Requirement",
     "auth_middleware",
@@ -46,6 +50,10 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 OPEN_PATHS = frozenset({"/status.html"})
 """Paths served without authentication (Pulsar's health page)."""
+
+OPEN_ROUTES = DASHBOARD_ROUTES
+"""Route templates served without authentication: the dashboard's static files (matched by route, so a path
+that only starts like one, or is routed elsewhere after normalization, is still authenticated)."""
 
 
 class Requirement(enum.Enum):
@@ -160,7 +168,7 @@ def auth_middleware(security: BrokerSecurity) -> Callable[..., Awaitable[web.Str
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         authentication = security.authentication
-        if authentication is None or request.path in OPEN_PATHS:
+        if authentication is None or request.path in OPEN_PATHS or _open_route(request):
             return await handler(request)
         try:
             result = authentication.authenticate_http(
@@ -176,6 +184,11 @@ def auth_middleware(security: BrokerSecurity) -> Callable[..., Awaitable[web.Str
         return await handler(request)
 
     return middleware
+
+
+def _open_route(request: web.Request) -> bool:
+    resource = request.match_info.route.resource
+    return request.method in ("GET", "HEAD") and resource is not None and resource.canonical in OPEN_ROUTES
 
 
 def _denial(security: BrokerSecurity, request: web.Request, role: str) -> str | None:

@@ -18,6 +18,7 @@ from aiohttp import web
 from quasar.broker.admin import (
     cluster_routes,
     compaction_routes,
+    dashboard_routes,
     permission_routes,
     schema_routes,
     subscription_routes,
@@ -467,5 +468,6 @@ def build_admin_app(service: BrokerService, *, max_request_size: int = 10 * 1024
         ]
     )
     cluster_routes.register(app)
+    dashboard_routes.register(app)  # GET /dashboard/ and /dashboard/static/{name}: the web dashboard's files
     subscription_routes.register_last(app)  # DELETE .../{topic}[/partitions]: 405 (no topic deletion)
     return app
