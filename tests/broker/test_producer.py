@@ -106,7 +106,7 @@ def test_other_flush_failures_still_answer_send_error() -> None:
 def test_publishing_counts_messages_bytes_and_latencies_per_entry() -> None:
     """The topic's counters take each SEND's messages and bytes; every stored entry adds one storage write
     latency and every receipt one publish latency; a failed entry adds neither."""
-    producer, cnx, topic = producer_with_three_sends()
+    producer, _cnx, topic = producer_with_three_sends()
     producer.publish(3, 3, 5, memoryview(b"batch-of-five"))  # one entry holding five messages
     counters = topic.counters
     assert (counters.msg_in, counters.bytes_in) == (3 + 5, 3 * len(b"entry") + len(b"batch-of-five"))
