@@ -43,8 +43,8 @@ class Families:
         (observations) and ``{prefix}_sum`` (their sum, ms)."""
         for suffix, value in zip(LATENCY_BUCKET_SUFFIXES, buckets.counts, strict=True):
             self.gauge(f"{prefix}_{suffix}", doc, labels, value)
-        self.gauge(f"{prefix}_count", doc + " (number of observations)", labels, buckets.count)
-        self.gauge(f"{prefix}_sum", doc + " (sum of the observations, ms)", labels, buckets.sum_ms)
+        self.gauge(f"{prefix}_count", doc + ": number of observations", labels, buckets.count)
+        self.gauge(f"{prefix}_sum", doc + ": sum of the observations (ms)", labels, buckets.sum_ms)
 
     def __iter__(self) -> Iterator[Metric]:
         return iter(self._families.values())
