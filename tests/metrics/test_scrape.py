@@ -217,3 +217,36 @@ def test_namespace_aggregation_when_topic_level_metrics_are_off(ns_broker: Broke
     for name, entries in samples.items():
         if name.startswith("pulsar_"):
             assert all("topic" not in labels and "subscription" not in labels for labels, _ in entries), name
+
+
+def test_each_partition_is_a_topic_and_partitioned_stats_sum_them(broker: BrokerProcess, client) -> None:
+    name = f"parted-{uuid.uuid4().hex[:8]}"
+    request = urllib.request.Request(
+        f"{broker.admin_url}/admin/v2/persistent/public/default/{name}/partitions",
+        data=b"2",
+        method="PUT",
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as resp:
+        assert resp.status == 204
+    topic = f"persistent://public/default/{name}"
+    producer = client.create_producer(
+        topic,
+        batching_enabled=False,
+        message_routing_mode=pulsar.PartitionsRoutingMode.RoundRobinDistribution,
+    )
+    for i in range(6):
+        producer.send(b"p" * SIZE, partition_key=f"k{i}")
+    producer.close()
+    samples = scrape(broker)
+    per_partition = {
+        labels["topic"]: v
+        for labels, v in samples["pulsar_in_messages_total"]
+        if labels["topic"].startswith(topic + "-partition-")
+    }
+    assert set(per_partition) == {f"{topic}-partition-0", f"{topic}-partition-1"}
+    assert sum(per_partition.values()) == 6
+    with urllib.request.urlopen(
+        f"{broker.admin_url}/admin/v2/persistent/public/default/{name}/partitioned-stats", timeout=10
+    ) as resp:
+        assert json.loads(resp.read())["msgInCounter"] == 6
