@@ -206,3 +206,10 @@ def test_quasar_admin_sends_its_auth_token(strict: Secured) -> None:
     assert without.returncode != 0 and b"answered 401" in without.stderr, without.stderr
     with_token = quasar_cli("admin", "--auth-token", strict.token(SUPER_USER), *args[1:])
     assert b"answered 401" not in with_token.stderr and b"no live broker of group 'g'" in with_token.stderr
+
+
+def test_metrics_are_open_without_credentials_by_default(strict: Secured) -> None:
+    """Pulsar serves /metrics without authentication unless authenticateMetricsEndpoint is set."""
+    with urllib.request.urlopen(f"{strict.broker.admin_url}/metrics", timeout=10) as resp:
+        assert resp.status == 200
+        assert b"quasar_store_commit_log_max_offset_bytes" in resp.read()

@@ -38,6 +38,7 @@ _POSITIVE = (
     "max_name_length",
     "max_property_length",
     "max_properties_per_command",
+    "stats_update_frequency_in_secs",
 )
 """Settings that must be > 0."""
 _NON_NEGATIVE = (
@@ -166,6 +167,11 @@ class BrokerConfig:
     - schemas (``quasar.broker.schema``): ``schema_compatibility_strategy`` (FULL; any Pulsar strategy but
       UNDEFINED), ``is_allow_auto_update_schema_enabled`` (true) and ``is_schema_validation_enforced``
       (false): what applies where a namespace sets no policy of its own.
+    - metrics (``GET /metrics`` on the admin port; ``quasar.broker.metrics``, docs/metrics.md; Pulsar's
+      names): ``expose_topic_level_metrics_in_prometheus`` (true: samples per topic and subscription; false:
+      summed per namespace); ``authenticate_metrics_endpoint`` (false: ``/metrics`` is open even with
+      authentication on; true: it needs valid credentials); ``stats_update_frequency_in_secs`` (60, > 0):
+      the period over which the rates of ``/metrics`` and the topic stats are computed.
     """
 
     # listeners, data directory, entry size and the commit log
@@ -337,6 +343,10 @@ class BrokerConfig:
     schema_compatibility_strategy: str = "FULL"
     is_allow_auto_update_schema_enabled: bool = True
     is_schema_validation_enforced: bool = False
+    # Metrics (Pulsar broker.conf names; quasar.broker.metrics; docs/metrics.md)
+    expose_topic_level_metrics_in_prometheus: bool = True
+    authenticate_metrics_endpoint: bool = False
+    stats_update_frequency_in_secs: float = 60.0
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535 or not 0 <= self.admin_port <= 65535:

@@ -412,18 +412,23 @@ def _policy_routes(topic: str) -> list[web.RouteDef]:
     return routes
 
 
-def build_admin_app(service: BrokerService, *, max_request_size: int = 10 * 1024 * 1024) -> web.Application:
+def build_admin_app(
+    service: BrokerService,
+    *,
+    max_request_size: int = 10 * 1024 * 1024,
+    authenticate_metrics_endpoint: bool = False,
+) -> web.Application:
     """The admin REST application for ``service``, authenticated and authorized by ``service.security``
-    (``admin.auth``); request bodies past ``max_request_size`` bytes (``http_max_request_size``) are refused
-    with 413 before they are buffered whole; requests aiohttp cannot parse are logged as one rate-limited line
-    (``bad_request_log``)."""
+    (``admin.auth``; ``/metrics`` only with ``authenticate_metrics_endpoint``); request bodies past
+    ``max_request_size`` bytes (``http_max_request_size``) are refused with 413 before they are buffered whole;
+    requests aiohttp cannot parse are logged as one rate-limited line (``bad_request_log``)."""
     install_bad_request_log_filter()
     owner_only = (get_stats, get_internal_stats, get_subscriptions, get_last_message_id, delete_subscription,
                   put_topic, query_routes.query_messages, *topic_routes.OWNER_ONLY,
                   *compaction_routes.OWNER_ONLY, *subscription_routes.OWNER_ONLY)  # fmt: skip
     app = web.Application(
         middlewares=[
-            auth_middleware(service.security),
+            auth_middleware(service.security, authenticate_metrics_endpoint=authenticate_metrics_endpoint),
             _errors_middleware,
             cluster_routes.owner_redirect_middleware(owner_only),
         ],

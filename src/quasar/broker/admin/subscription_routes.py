@@ -247,22 +247,29 @@ async def peek(request: web.Request) -> web.Response:
     return peek_response(position, entry.data)
 
 
-_SUMMED = ("msgInCounter", "bytesInCounter", "msgOutCounter", "storageSize")
+_SUMMED = ("msgRateIn", "msgThroughputIn", "msgRateOut", "msgThroughputOut", "msgInCounter", "bytesInCounter",
+           "msgOutCounter", "bytesOutCounter", "storageSize")  # fmt: skip
+_SUB_SUMMED = (
+    "msgBacklog",
+    "unackedMessages",
+    "msgRateOut",
+    "msgThroughputOut",
+    "msgOutCounter",
+    "bytesOutCounter",
+)
 
 
 def _aggregate(stats: list[dict[str, Any]]) -> dict[str, Any]:
-    """PartitionedTopicStats' aggregate: counters summed, publishers listed, subscriptions merged (backlog
-    and unacked summed, consumers listed)."""
+    """PartitionedTopicStats' aggregate: counters and rates summed, publishers listed, subscriptions merged
+    (backlog, unacked, out counters and rates summed, consumers listed)."""
     total: dict[str, Any] = {key: sum(s.get(key, 0) for s in stats) for key in _SUMMED}
     total["publishers"] = [p for s in stats for p in s.get("publishers", [])]
     subscriptions: dict[str, dict[str, Any]] = {}
     for partition in stats:
         for name, sub in partition.get("subscriptions", {}).items():
-            merged = subscriptions.setdefault(
-                name, {**sub, "msgBacklog": 0, "unackedMessages": 0, "consumers": []}
-            )
-            merged["msgBacklog"] += sub["msgBacklog"]
-            merged["unackedMessages"] += sub["unackedMessages"]
+            merged = subscriptions.setdefault(name, {**sub, **dict.fromkeys(_SUB_SUMMED, 0), "consumers": []})
+            for key in _SUB_SUMMED:
+                merged[key] += sub.get(key, 0)
             merged["consumers"] += sub["consumers"]
     total["subscriptions"] = subscriptions
     return total
