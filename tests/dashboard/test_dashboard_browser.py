@@ -193,7 +193,7 @@ def test_partitioned_topic_page_shows_each_partition(browser: Any, traffic: Traf
     assert stats(browser)["partitions"] == "2"
 
 
-def test_live_rate_chart_and_latency_without_metrics(browser: Any, traffic: Traffic) -> None:
+def test_live_rate_and_latency_charts(browser: Any, traffic: Traffic) -> None:
     open_page(browser, traffic, f"/topic/persistent/{TENANT_NS}/live")
     legend = (
         "return document.querySelector(`[data-chart='${arguments[0]}'] [data-series='${arguments[1]}']`)"
@@ -216,6 +216,16 @@ def test_live_rate_chart_and_latency_without_metrics(browser: Any, traffic: Traf
         )
         assert "/metrics" in note
         assert browser.execute_script(legend, "latency", "p99") == "no data"
+    else:  # the broker's pulsar_storage_write_latency buckets: p50 <= p99, both in ms, from the live traffic
+        assert metrics == 200
+
+        def latency(series: str) -> float | None:
+            text = browser.execute_script(legend, "latency", series)
+            return float(text.split()[0]) if text and text != "no data" else None
+
+        wait_for(lambda: latency("p99") is not None, "a p99 publish latency in the chart")
+        p50, p99 = latency("p50"), latency("p99")
+        assert p50 is not None and p99 is not None and 0 < p50 <= p99 <= 1000
     shoot(browser, "live")
 
 

@@ -19,9 +19,10 @@ export function summarize(stats) {
   };
 }
 
-/** Publish / dispatch rates (msg/s) of named topics: the broker's msgRateIn / msgRateOut when its stats carry
- *  them (Pulsar's), else the change of msgInCounter / msgOutCounter between two polls over the time between
- *  them (null on the first poll, and after a counter went backwards, e.g. the topic was unloaded). */
+/** Publish / dispatch rates (msg/s) of named topics: the change of msgInCounter / msgOutCounter between two
+ *  polls over the time between them (live, poll by poll); on the first poll, or after a counter went backwards
+ *  (the topic was unloaded), the broker's msgRateIn / msgRateOut, which average over its stats period
+ *  (stats_update_frequency_in_secs, 60 s by default, as Pulsar's), or null when it has none. */
 export class RateTracker {
   constructor() {
     this.last = new Map();
@@ -36,8 +37,8 @@ export class RateTracker {
       const seconds = (nowMs - previous.t) / 1000;
       const dIn = summary.msgInCounter - previous.msgIn;
       const dOut = summary.msgOutCounter - previous.msgOut;
-      if (rateIn === null && dIn >= 0) rateIn = dIn / seconds;
-      if (rateOut === null && dOut >= 0) rateOut = dOut / seconds;
+      if (dIn >= 0) rateIn = dIn / seconds;
+      if (dOut >= 0) rateOut = dOut / seconds;
     }
     return { rateIn, rateOut };
   }
