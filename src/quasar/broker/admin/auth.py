@@ -1,7 +1,8 @@
 """Authentication and authorization of the admin REST API (Pulsar's ``AuthenticationFilter`` and the
 ``validate*`` checks of its admin resources; reference/security.md §2-3).
 
-With ``authentication_enabled`` every request but ``GET /status.html`` (Pulsar's health page) is
+With ``authentication_enabled`` every request but ``GET /status.html`` (Pulsar's health page) and
+``GET /admin/v2/openapi.json`` (the API's description) is
 authenticated from ``Authorization: Bearer <jwt>``, ``Authorization: Basic <base64 user:password>`` or the TLS
 client certificate (``quasar.security.authentication``): 401 ``{"reason": ...}`` when that fails. With
 ``authorization_enabled`` the role must then hold the route's :class:`Requirement` (403 otherwise):
@@ -44,8 +45,9 @@ __all__ = [
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-OPEN_PATHS = frozenset({"/status.html"})
-"""Paths served without authentication (Pulsar's health page)."""
+OPEN_PATHS = frozenset({"/status.html", "/admin/v2/openapi.json"})
+"""Paths served without authentication (Pulsar's health page; the API's OpenAPI document, which describes
+no data)."""
 
 
 class Requirement(enum.Enum):

@@ -18,6 +18,7 @@ from aiohttp import web
 from quasar.broker.admin import (
     cluster_routes,
     compaction_routes,
+    openapi_route,
     permission_routes,
     schema_routes,
     subscription_routes,
@@ -437,6 +438,7 @@ def build_admin_app(service: BrokerService, *, max_request_size: int = 10 * 1024
         client_max_size=max_request_size,
     )
     app[SERVICE_KEY] = service
+    openapi_route.register(app)  # GET /admin/v2/openapi.json, this API's OpenAPI 3.1 document
     permission_routes.register(app)  # grants: before the {topic} templates
     topic_routes.register(app)  # POST .../{topic}/terminate[/partitions] (Pulsar topic termination)
     compaction_routes.register(app)  # PUT/GET .../{topic}/compaction, namespaces/.../compactionThreshold
