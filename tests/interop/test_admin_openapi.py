@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pulsar
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
@@ -71,9 +72,20 @@ def call(broker: BrokerProcess, method: str, path: str, body: Any = None) -> tup
             return exc.code, json.loads(text) if text else None, dict(exc.headers)
 
 
+def _produce(service_url: str, topic: str, count: int) -> None:
+    client = pulsar.Client(service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    try:
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(count):
+            producer.send(f"message {i}".encode(), partition_key="my-key", properties={"n": str(i)})
+    finally:
+        client.close()
+
+
 @pytest.fixture(scope="module")
 def api_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    """A broker of this module alone, with the entities the document's examples name."""
+    """A broker of this module alone, with the entities the document's examples name (and messages with the
+    example key in the example subscription's backlog, so that peek and query answer 200 too)."""
     process = BrokerProcess(tmp_path_factory.mktemp("openapi") / "data").start()
     try:
         sub = "/admin/v2/persistent/my-tenant/my-namespace/my-topic/subscription/my-subscription"
@@ -83,6 +95,7 @@ def api_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProce
             ("PUT", sub, {"ledgerId": -1, "entryId": -1}),
         ):
             assert call(process, method, path, body)[0] == 204
+        _produce(str(process.service_url), "persistent://my-tenant/my-namespace/my-topic", 5)
         yield process
     finally:
         process.stop()

@@ -14,6 +14,8 @@ from hypothesis import HealthCheck, settings
 from schemathesis import checks
 from schemathesis.config import SchemathesisConfig
 
+pytestmark = pytest.mark.interop
+
 SPEC = Path(__file__).resolve().parents[2] / "src" / "quasar" / "broker" / "admin" / "openapi.json"
 OPEN = {"/status.html", "/admin/v2/openapi.json"}
 # the fuzzing phase only, valid requests: one per operation (max_examples=1), no credentials
@@ -57,6 +59,3 @@ def test_the_document_is_served_without_credentials(strict) -> None:
     assert document == json.loads(SPEC.read_text(encoding="utf-8"))
     assert strict.admin("GET", "/admin/v2/tenants", token="")[0] == 401
     assert strict.admin("GET", "/admin/v2/tenants")[0] == 200  # the super user's token
-
-
-pytestmark = pytest.mark.interop
