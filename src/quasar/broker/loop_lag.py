@@ -77,8 +77,11 @@ LOOP_LAG_MONITOR = web.AppKey("loop_lag_monitor", LoopLagMonitor)
 
 async def _get_loop_lag(request: web.Request) -> web.Response:
     monitor = request.app[LOOP_LAG_MONITOR]
+    reset = request.query.get("reset", "false").lower()
+    if reset not in ("true", "false") or len(request.query.getall("reset", [])) > 1:
+        raise ValueError(f"query parameter 'reset' must be true or false, got {reset!r:.50}")  # admin: 400
     body = monitor.snapshot()
-    if request.query.get("reset", "false").lower() == "true":
+    if reset == "true":
         monitor.reset()
     return web.json_response(body)
 

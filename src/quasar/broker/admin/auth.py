@@ -1,13 +1,13 @@
 """Authentication and authorization of the admin REST API (Pulsar's ``AuthenticationFilter`` and the
 ``validate*`` checks of its admin resources; reference/security.md §2-3).
 
-With ``authentication_enabled`` every request but ``GET /status.html`` (Pulsar's health page), the dashboard's
-static files (``/dashboard``, ``/dashboard/``, ``/dashboard/static/{name}``: they hold no data; the page's API
-calls carry the user's token) and, unless ``authenticate_metrics_endpoint`` is set (Pulsar's
-``authenticateMetricsEndpoint``), ``GET /metrics`` is authenticated from ``Authorization: Bearer <jwt>``,
-``Authorization: Basic <base64 user:password>`` or the TLS client certificate
-(``quasar.security.authentication``): 401 ``{"reason": ...}`` when that fails. With ``authorization_enabled`` the
-role must then hold the route's :class:`Requirement` (403 otherwise):
+With ``authentication_enabled`` every request but ``GET /status.html`` (Pulsar's health page),
+``GET /admin/v2/openapi.json`` (the API's description), the dashboard's static files (``/dashboard``,
+``/dashboard/``, ``/dashboard/static/{name}``: they hold no data; the page's API calls carry the user's token)
+and, unless ``authenticate_metrics_endpoint`` is set (Pulsar's ``authenticateMetricsEndpoint``), ``GET /metrics``
+is authenticated from ``Authorization: Bearer <jwt>``, ``Authorization: Basic <base64 user:password>`` or the TLS
+client certificate (``quasar.security.authentication``): 401 ``{"reason": ...}`` when that fails. With
+``authorization_enabled`` the role must then hold the route's :class:`Requirement` (403 otherwise):
 
 - ``SUPER_USER``: tenants, clusters, brokers, replication, broker stats, and any route not listed below;
 - ``TENANT_ADMIN`` (super user or one of the tenant's ``adminRoles``): reading a tenant, namespaces, namespace
@@ -50,8 +50,9 @@ __all__ = [
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-OPEN_PATHS = frozenset({"/status.html"})
-"""Paths always served without authentication (Pulsar's health page)."""
+OPEN_PATHS = frozenset({"/status.html", "/admin/v2/openapi.json"})
+"""Paths always served without authentication (Pulsar's health page; the API's OpenAPI document, which
+describes no data)."""
 
 METRICS_PATH = "/metrics"
 """Prometheus metrics: open unless ``authenticate_metrics_endpoint`` (Pulsar's default)."""
