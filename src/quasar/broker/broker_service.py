@@ -20,7 +20,7 @@ from typing import Any
 
 from quasar.broker import topic_deletion
 from quasar.broker.auth import NO_SECURITY, BrokerSecurity
-from quasar.broker.cluster.model import LookupAnswer, LookupKind, UnknownListenerError
+from quasar.broker.cluster.model import INTERNAL_LISTENER_NAME, LookupAnswer, LookupKind, UnknownListenerError
 from quasar.broker.cluster.ownership import ClusterOwnership
 from quasar.broker.compaction.service import COMPACTION_THRESHOLD, CompactionService
 from quasar.broker.compaction.view import load_compacted_view
@@ -188,8 +188,8 @@ class BrokerService:
         this broker). Raises NamespaceNotFoundError, ServiceNotReadyError, UnknownListenerError or the
         metadata port's MetadataStoreError."""
         self._check_namespace(topic)
-        if self.ownership is None:
-            if listener:
+        if self.ownership is None:  # Pulsar names the one listener of a broker without advertisedListeners
+            if listener and listener != INTERNAL_LISTENER_NAME:  # after internalListenerName: "internal"
                 raise UnknownListenerError(
                     f"the broker {self.broker_service_url} does not have a {listener!r} listener"
                 )
