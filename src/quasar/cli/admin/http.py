@@ -103,7 +103,8 @@ def reason_of(response: httpx.Response) -> str:
 class AdminClient:
     """Requests to one admin API (``settings.admin_url``); close it (or use it as a context manager)."""
 
-    def __init__(self, settings: AdminSettings) -> None:
+    def __init__(self, settings: AdminSettings, *, transport: httpx.BaseTransport | None = None) -> None:
+        """``transport``: httpx's (default: HTTP over the network; tests pass ``httpx.MockTransport``)."""
         self.settings = settings
         headers = {"User-Agent": "quasar-admin"}
         if settings.auth_token:
@@ -114,6 +115,7 @@ class AdminClient:
             timeout=settings.timeout_s,
             follow_redirects=False,
             verify=settings.ssl_context() if https else True,
+            transport=transport,
         )
 
     def __enter__(self) -> AdminClient:
