@@ -52,12 +52,15 @@ def fields_table(title: str, data: Mapping[str, Any], keys: Sequence[str] | None
 
 
 def rows_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table:
-    """A table of ``rows`` under ``columns`` (None shows as ``-``)."""
+    """A table of ``rows`` under ``columns`` (None shows as ``-``); a column after the first that is None in
+    every row is left out (a field this broker does not report, e.g. a rate)."""
+    rows = [list(row) for row in rows]
+    kept = [i for i in range(len(columns)) if i == 0 or any(row[i] is not None for row in rows)]
     table = Table(title=title, title_justify="left", min_width=len(title))
-    for column in columns:
-        table.add_column(column, overflow="fold")
+    for i in kept:
+        table.add_column(columns[i], overflow="fold")
     for row in rows:
-        table.add_row(*(_cell(value) for value in row))
+        table.add_row(*(_cell(row[i]) for i in kept))
     return table
 
 
