@@ -427,3 +427,13 @@ def test_sizes_and_relative_times_parse_as_pulsar_admin() -> None:
     for bad in ("", "G", "1.5G", "-2", "10x"):
         with pytest.raises(click.BadParameter, match="size"):
             parse_size(bad)
+
+
+def test_an_answer_that_is_not_json_is_a_clear_error() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, text="<html>not an admin API</html>")
+
+    with AdminClient(AdminSettings(), transport=httpx.MockTransport(handler)) as client:
+        with pytest.raises(click.ClickException, match="not JSON"):
+            client.get_json("/admin/v2/tenants")
+        assert client.request("GET", "/admin/v2/x").text.startswith("<html>")  # raw answers stay raw

@@ -177,9 +177,14 @@ class AdminClient:
 
 
 def _json_of(response: httpx.Response) -> Any:
+    """The decoded JSON body (None when empty); click.ClickException when the body is not JSON (the URL
+    is not a Pulsar admin API)."""
     if not response.content:
         return None
     try:
         return response.json()
     except ValueError:
-        return response.text
+        raise click.ClickException(
+            f"{response.request.method} {response.url} answered {response.status_code} with a body that is not"
+            f" JSON (is --admin-url a broker's admin API?): {response.text[:200]!r}"
+        ) from None
