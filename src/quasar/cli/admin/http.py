@@ -33,7 +33,7 @@ DEFAULT_ADMIN_URL = "http://127.0.0.1:8080"
 MAX_REDIRECTS = 5
 """Redirect hops followed per request (a cluster redirects once, to the topic's owner)."""
 
-_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_REDIRECTS = frozenset({301, 302, 307, 308})  # the broker sends 307; the method and body are kept
 _NO_BODY: Any = object()
 
 
@@ -109,12 +109,14 @@ class AdminClient:
         headers = {"User-Agent": "quasar-admin"}
         if settings.auth_token:
             headers["Authorization"] = f"Bearer {settings.auth_token}"
-        https = settings.admin_url.lower().startswith("https://")
+        tls = settings.admin_url.lower().startswith("https://") or any(
+            (settings.tls_trust_certs_file, settings.tls_cert_file, settings.tls_allow_insecure_connection)
+        )
         self._http = httpx.Client(
             headers=headers,
             timeout=settings.timeout_s,
             follow_redirects=False,
-            verify=settings.ssl_context() if https else True,
+            verify=settings.ssl_context() if tls else True,
             transport=transport,
         )
 

@@ -40,8 +40,8 @@ def _cell(value: Any) -> str:
 
 
 def fields_table(title: str, data: Mapping[str, Any], keys: Sequence[str] | None = None) -> Table:
-    """A two-column table (field, value) of ``keys`` present in ``data`` (every key when None); lists and
-    dicts are shown as their count when their key is not listed in ``keys`` explicitly."""
+    """A two-column table (field, value) of the ``keys`` present in ``data`` (every key when None); lists
+    and objects are shown as JSON, None as ``-``."""
     table = Table(title=title, title_justify="left", min_width=len(title))
     table.add_column("field")
     table.add_column("value", overflow="fold")
