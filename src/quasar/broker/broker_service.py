@@ -210,12 +210,9 @@ class BrokerService:
         return None if self.ownership is None else self.ownership.owner_web_url(topic, tls=tls)
 
     def messages_in_total(self) -> int:
-        """Messages published to the loaded topics through their current producers (for load reports)."""
-        return sum(
-            sum(p.msg_in_counter for p in loaded.producers.values())
-            for loaded in self.topics.values()
-            if isinstance(loaded, PersistentTopic)
-        )
+        """Messages published to the loaded topics since they loaded (for load reports: it only grows while a
+        topic stays loaded, whatever its producers do)."""
+        return sum(t.counters.msg_in for t in self.topics.values() if isinstance(t, PersistentTopic))
 
     # ------------------------------------------------------------------ tenants / namespaces
     def tenants(self) -> list[str]:
