@@ -198,6 +198,7 @@ class BrokerConfig:
     disk_space_warning_level_ratio: int = 90
     clean_resource_interval_ms: int = 10_000
     delete_file_batch_max: int = 10
+    max_open_consume_queue_files: int = 0  # 0: from RLIMIT_NOFILE (StoreConfig, docs/store21.md)
     clean_file_forcibly_enable: bool = True
     managed_ledger_max_entries_per_ledger: int = 50_000
     managed_ledger_min_ledger_rollover_time_ms: int = 10 * 60 * 1000

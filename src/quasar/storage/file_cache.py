@@ -1,0 +1,130 @@
+"""MappedFileCache: a budget of open consume queue files, least recently used ones unmapped and closed first
+(issue 21: file descriptors bounded with many topics).
+
+Every consume queue file that is mapped holds two file descriptors (the file's and the duplicate ``mmap``
+keeps) and some page tables; with one file per topic, 100,000 topics would need 200,000 descriptors. The store
+counts its mapped consume queue files here: when more than ``budget`` are mapped, the least recently used ones
+are unmapped and closed (:meth:`MappedFile.unmap <quasar.storage.mapped_file.MappedFile.unmap>`), and mapped
+again on demand (read path, put path, recovery, retention). Commit log segments are few and large and stay
+mapped; they are not counted.
+
+What "used" means, without a cost on the publish path: a read (``get``), a put that had to prepare its file
+(a new file, new disk blocks, or a file that was unmapped) and a mapping mark a file recently used. Puts into a
+file that is mapped and has disk blocks do not touch the cache; instead eviction gives a file written since it
+was last marked a second chance (CLOCK), so a queue being written to keeps its file.
+
+A file is skipped, not closed, when a view of its mapping is still alive (``BufferError``: a reader holds a
+slice; it is closed by a later eviction) or a flush is syncing it. Eviction runs only on the owner thread (the
+thread that writes the files: the event loop thread once the store is started, the opening thread before);
+other threads that read a file (the clean thread) do so under :attr:`lock`, which eviction also holds, and read
+an unmapped file with ``pread`` instead of mapping it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+
+from quasar.storage.mapped_file import MappedFile
+
+log = logging.getLogger(__name__)
+
+__all__ = ["MappedFileCache"]
+
+
+class MappedFileCache:
+    """At most ``budget`` mapped files (more only while every other one is in use); see the module
+    docstring. ``budget`` must be positive (ValueError)."""
+
+    def __init__(self, budget: int) -> None:
+        if budget < 1:
+            raise ValueError(f"the open file budget must be positive: {budget}")
+        self.budget = budget
+        self._files: OrderedDict[MappedFile, int] = OrderedDict()
+        """Mapped files, least recently used first, with their ``wrote_position`` when last marked."""
+        self.lock = threading.RLock()
+        """Held by eviction and by any thread other than the owner while it reads a mapping."""
+        self.owner = threading.get_ident()
+        """Thread id that may evict (set by :meth:`set_owner`)."""
+        self.evictions = 0
+        """Files unmapped to stay within the budget so far."""
+        self.remaps = 0
+        """Files mapped again on demand so far."""
+
+    def __len__(self) -> int:
+        return len(self._files)
+
+    def __contains__(self, mapped_file: object) -> bool:
+        return mapped_file in self._files
+
+    def set_owner(self, budget: int | None = None) -> None:
+        """Make the calling thread the one that evicts (the store's ``open()`` and ``start()``); a ``budget``
+        given replaces the budget (ValueError when not positive)."""
+        if budget is not None:
+            if budget < 1:
+                raise ValueError(f"the open file budget must be positive: {budget}")
+            self.budget = budget
+        self.owner = threading.get_ident()
+
+    def add(self, mapped_file: MappedFile) -> None:
+        """Count a newly mapped file (created or opened), then evict over the budget (never this file)."""
+        with self.lock:
+            mapped_file.cache = self
+            self._files[mapped_file] = mapped_file.wrote_position
+            self._files.move_to_end(mapped_file)
+        if len(self._files) > self.budget:
+            self.evict(keep=mapped_file)
+
+    def use(self, mapped_file: MappedFile) -> None:
+        """Make sure ``mapped_file`` is mapped (mapping it again, then evicting over the budget) and mark it
+        recently used. Owner thread. Raises OSError when it cannot be mapped (EMFILE, ENOMEM)."""
+        if mapped_file.is_mapped:
+            with self.lock:
+                if mapped_file in self._files:
+                    self._files[mapped_file] = mapped_file.wrote_position
+                    self._files.move_to_end(mapped_file)
+            return
+        with self.lock:  # another thread may be reading it under the lock
+            mapped_file.remap()
+            self.remaps += 1
+        self.add(mapped_file)
+
+    def forget(self, mapped_file: MappedFile) -> None:
+        """Stop counting a file (closed or destroyed). Any thread."""
+        with self.lock:
+            self._files.pop(mapped_file, None)
+
+    def evict(self, keep: MappedFile | None = None) -> int:
+        """Unmap least recently used files until at most ``budget`` are mapped; returns how many. Files in use
+        (``keep``, a live view, a flush) and files written since last marked (a second chance) are skipped.
+        Does nothing on a thread other than the owner."""
+        if threading.get_ident() != self.owner:
+            return 0
+        evicted = 0
+        with self.lock:
+            files = self._files
+            to_check = len(files)
+            while len(files) > self.budget and to_check > 0:
+                to_check -= 1
+                mapped_file, mark = next(iter(files.items()))
+                if mapped_file is keep or mapped_file.wrote_position != mark:
+                    files[mapped_file] = mapped_file.wrote_position
+                    files.move_to_end(mapped_file)
+                    continue
+                if not mapped_file.is_mapped:  # closed behind our back
+                    del files[mapped_file]
+                    continue
+                if mapped_file.unmap():
+                    del files[mapped_file]
+                    evicted += 1
+                else:
+                    files.move_to_end(mapped_file)
+            if len(files) > self.budget and to_check == 0:
+                # everything left was written since marked: the oldest go anyway (their marks are fresh now)
+                for mapped_file in list(files)[: len(files) - self.budget]:
+                    if mapped_file is not keep and mapped_file.unmap():
+                        del files[mapped_file]
+                        evicted += 1
+        self.evictions += evicted
+        return evicted
