@@ -1,8 +1,9 @@
 """MappedFileCache: a budget of open consume queue files, least recently used ones unmapped and closed first
 (issue 21: file descriptors bounded with many topics).
 
-Every consume queue file that is mapped holds two file descriptors (the file's and the duplicate ``mmap``
-keeps) and some page tables; with one file per topic, 100,000 topics would need 200,000 descriptors. The store
+Every consume queue file that is mapped holds a file descriptor (the duplicate ``mmap`` keeps; the file's own
+is closed once mapped) and a memory mapping with its page tables; with one file per topic, 100,000 topics would
+need 100,000 descriptors and more mappings than Linux allows by default (65,530). The store
 counts its mapped consume queue files here: when more than ``budget`` are mapped, the least recently used ones
 are unmapped and closed (:meth:`MappedFile.unmap <quasar.storage.mapped_file.MappedFile.unmap>`), and mapped
 again on demand (read path, put path, recovery, retention). Commit log segments are few and large and stay
@@ -68,7 +69,10 @@ class MappedFileCache:
         self.owner = threading.get_ident()
 
     def add(self, mapped_file: MappedFile) -> None:
-        """Count a newly mapped file (created or opened), then evict over the budget (never this file)."""
+        """Count a newly mapped file (created or opened; advised random access, see
+        :meth:`MappedFile.advise_random <quasar.storage.mapped_file.MappedFile.advise_random>`), then evict
+        over the budget (never this file)."""
+        mapped_file.advise_random()
         with self.lock:
             mapped_file.cache = self
             self._files[mapped_file] = mapped_file.wrote_position

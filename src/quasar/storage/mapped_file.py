@@ -17,11 +17,13 @@ the loop thread keeps appending: the position sampled *before* the sync becomes 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import mmap
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
@@ -98,11 +100,17 @@ class MappedFile:
     log keeps the default (4 MiB steps from the start); a consume queue file starts at one page, so a queue
     with a few units holds 4 KiB of disk, not 4 MiB, and a busy one reaches 4 MiB steps after ten
     reservations. The logical size (``file_size``, a sparse file) does not depend on it.
+
+    ``keep_fd``: keep the file's descriptor open while mapped (the commit log: its flush thread syncs it all
+    the time). With False (consume queue files, many and small) the descriptor is closed once the file is
+    mapped, so a mapped file holds one descriptor, the duplicate ``mmap`` keeps, and a reservation, a flush
+    or a truncation opens one for its duration.
     """
 
     __slots__ = (
         "_fd",
         "_fd_lock",
+        "_keep_fd",
         "_mmap",
         "_saved_reserved_position",
         "buffer",
@@ -126,6 +134,7 @@ class MappedFile:
         create: bool,
         extend_short: bool = False,
         first_reserve_step: int = RESERVE_CHUNK_SIZE,
+        keep_fd: bool = True,
     ) -> None:
         self.path = path
         self.file_size = file_size
@@ -140,6 +149,7 @@ class MappedFile:
         self.cache: FileCounter | None = None
         """The cache of open files this file is counted in (consume queue files), or None."""
         self._saved_reserved_position = 0
+        self._keep_fd = keep_fd
         flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
         self._fd = os.open(path, flags, 0o644)
         try:
@@ -164,6 +174,9 @@ class MappedFile:
                 path.unlink(missing_ok=True)
             raise
         self.buffer = memoryview(self._mmap)
+        if not keep_fd:  # the mapping holds its own duplicate; file operations open one when needed
+            os.close(self._fd)
+            self._fd = -1
         self.needs_dir_sync = create
         self.wrote_position = 0
         self.committed_position = 0
@@ -173,7 +186,7 @@ class MappedFile:
 
     @classmethod
     def unmapped(
-        cls, path: Path, file_size: int, *, first_reserve_step: int = RESERVE_CHUNK_SIZE
+        cls, path: Path, file_size: int, *, first_reserve_step: int = RESERVE_CHUNK_SIZE, keep_fd: bool = True
     ) -> MappedFile:
         """An existing file of ``file_size`` bytes known by name only: no descriptor, no mapping, until
         :meth:`remap` (lazy loading of consume queues). Its positions say full (``file_size``) until recovery
@@ -185,6 +198,7 @@ class MappedFile:
         self.first_reserve_step = first_reserve_step
         self._fd_lock = threading.Lock()
         self.cache = None
+        self._keep_fd = keep_fd
         self._fd = -1
         self._mmap = None
         self.buffer = _UNMAPPED
@@ -197,13 +211,13 @@ class MappedFile:
     @property
     def is_mapped(self) -> bool:
         """True while the file has its descriptor and mapping (False after :meth:`unmap` or :meth:`close`)."""
-        return self._fd >= 0
+        return self._mmap is not None
 
     def remap(self) -> None:
         """Open and map the file again after :meth:`unmap` (or :meth:`unmapped`), keeping the positions; the
         disk reserved before is known again. Blocking (open + mmap). Raises OSError (EMFILE: no descriptor
         left), :class:`StoreLoadError` when the file's size changed."""
-        if self._fd >= 0:
+        if self._mmap is not None:
             return
         fd = os.open(self.path, os.O_RDWR)
         try:
@@ -216,8 +230,19 @@ class MappedFile:
             raise
         self._mmap = mapping
         self.buffer = memoryview(mapping)
-        self._fd = fd
+        if self._keep_fd:
+            self._fd = fd
+        else:
+            os.close(fd)
         self.reserved_position = self._saved_reserved_position  # last: the put path checks it first
+
+    def advise_random(self) -> None:
+        """``madvise(MADV_RANDOM)`` on the mapping: a page fault reads that page only, no read-around. A consume
+        queue file is written one 20-byte unit at a time and mostly a hole: read-around would fill hundreds
+        of KiB of page cache with zeros at every first touch after a (re)mapping."""
+        mapping = self._mmap
+        if mapping is not None and hasattr(mmap, "MADV_RANDOM"):
+            mapping.madvise(mmap.MADV_RANDOM)
 
     def unmap(self) -> bool:
         """Unmap and close the file but keep it (positions, reserved disk) for :meth:`remap`; True when done.
@@ -226,7 +251,7 @@ class MappedFile:
         closed later, once the view is freed) or another thread is using the descriptor (a flush). The file's
         ``reserved_position`` reads 0 meanwhile, so the put path's check sends it to the slow path, which
         maps it again. Only the thread that writes the file (the loop thread) calls this."""
-        if self._fd < 0:
+        if self._mmap is None:
             return True
         if not self._fd_lock.acquire(blocking=False):
             return False
@@ -247,12 +272,26 @@ class MappedFile:
                 self.reserved_position = saved
                 return False
             self._saved_reserved_position = saved
-            os.close(self._fd)
-            self._fd = -1
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
             self._mmap = None
             return True
         finally:
             self._fd_lock.release()
+
+    @contextlib.contextmanager
+    def _descriptor(self) -> Iterator[int]:
+        """The file's descriptor: the one kept open, or one opened for the caller and closed after (a file
+        made with ``keep_fd=False``, or unmapped). Raises OSError (EMFILE when none is left)."""
+        if self._fd >= 0:
+            yield self._fd
+            return
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
 
     def __repr__(self) -> str:
         return (
@@ -290,7 +329,8 @@ class MappedFile:
             return
         step = min(RESERVE_CHUNK_SIZE, max(self.first_reserve_step, reserved))
         end = min(self.file_size, max(end_position, reserved + step))
-        reserve_space(self._fd, reserved, end)
+        with self._descriptor() as fd:
+            reserve_space(fd, reserved, end)
         self.reserved_position = end
 
     def set_positions(self, position: int) -> None:
@@ -328,15 +368,9 @@ class MappedFile:
         """
         if self.is_able_to_flush(least_pages):
             position = self.wrote_position
-            with self._fd_lock:
-                if self._fd >= 0:
-                    fdatasync(self._fd)
-                else:  # unmapped since written: the dirty pages are the inode's, any descriptor syncs them
-                    fd = os.open(self.path, os.O_RDWR)
-                    try:
-                        fdatasync(fd)
-                    finally:
-                        os.close(fd)
+            with self._fd_lock, self._descriptor() as fd:
+                # also after an unmap: the dirty pages are the inode's, any descriptor syncs them
+                fdatasync(fd)
             if self.needs_dir_sync:
                 fsync_dir(self.path.parent)
                 self.needs_dir_sync = False
@@ -355,9 +389,10 @@ class MappedFile:
         if not 0 <= position <= self.file_size:
             raise ValueError(f"truncate position {position} outside [0, {self.file_size}]")
         if not self._tail_is_clean(position):
-            os.ftruncate(self._fd, position)
-            os.ftruncate(self._fd, self.file_size)
-            os.fsync(self._fd)
+            with self._descriptor() as fd:
+                os.ftruncate(fd, position)
+                os.ftruncate(fd, self.file_size)
+                os.fsync(fd)
         self.set_positions(position)
 
     def _tail_is_clean(self, position: int) -> bool:
@@ -368,7 +403,8 @@ class MappedFile:
         if page_end >= self.file_size:
             return True
         try:
-            os.lseek(self._fd, page_end, os.SEEK_DATA)
+            with self._descriptor() as fd:
+                os.lseek(fd, page_end, os.SEEK_DATA)
         except OSError as exc:
             return exc.errno == errno.ENXIO  # ENXIO: no data past page_end
         return False
@@ -381,7 +417,7 @@ class MappedFile:
             if cache is not None:
                 self.cache = None
                 cache.forget(self)
-            if self._fd < 0:
+            if self._mmap is None:
                 return
             self._saved_reserved_position = self.reserved_position
             self.reserved_position = 0
@@ -390,14 +426,14 @@ class MappedFile:
             mapping = self._mmap
             self._mmap = None
             try:
-                if mapping is not None:
-                    mapping.close()
+                mapping.close()
             except BufferError:
                 log.debug(
                     "%s: views still reference the mapping; it is unmapped when they are freed", self.path
                 )
-            os.close(self._fd)
-            self._fd = -1
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
 
     def destroy(self) -> None:
         """Close and delete the file (the caller fsyncs the directory)."""

@@ -141,7 +141,9 @@ class MappedFileQueue:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-        return MappedFile.unmapped(path, self.mapped_file_size, first_reserve_step=self.first_reserve_step)
+        return MappedFile.unmapped(
+            path, self.mapped_file_size, first_reserve_step=self.first_reserve_step, keep_fd=False
+        )
 
     def use(self, mapped_file: MappedFile) -> MappedFile:
         """``mapped_file``, mapped (again) and marked recently used in the file cache; returns it. Without a
@@ -210,7 +212,11 @@ class MappedFileQueue:
             allocator.pre_allocate(self.store_path / offset_to_file_name(create_offset + size))
         else:
             mapped_file = MappedFile(
-                path, self.mapped_file_size, create=True, first_reserve_step=self.first_reserve_step
+                path,
+                self.mapped_file_size,
+                create=True,
+                first_reserve_step=self.first_reserve_step,
+                keep_fd=self.file_cache is None,
             )
         if self.file_cache is not None:
             self.file_cache.add(mapped_file)
