@@ -427,30 +427,35 @@ class ConsumeQueue:
 
     # -- flush / close ---------------------------------------------------------------------------------------
 
-    def flush(self, least_pages: int = 0, *, sync_root: bool = True) -> int:
+    def flush(self, least_pages: int = 0) -> int:
         """fdatasync dirty files (and, once, newly created directories and the ``TOPIC`` file); return the
-        flushed byte offset. Blocking. ``sync_root=False`` leaves the fsync of the ``consumequeue`` directory
-        (the new topic directory's entry) to the caller, who syncs it once for many queues: check
-        :attr:`needs_root_sync` before the call."""
+        flushed byte offset. Blocking."""
         flushed = self.mapped_file_queue.flush(least_pages)
-        if self._dirs_need_sync:
-            topic_file = self.topic_path / TOPIC_FILE_NAME
-            if topic_file.exists():
-                fd = os.open(topic_file, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-            fsync_dir(self.topic_path)
-            if sync_root:
-                fsync_dir(self.root)
-            self._dirs_need_sync = False
+        if self.flush_new_dirs():
+            fsync_dir(self.root)
         return flushed
 
-    @property
-    def needs_root_sync(self) -> bool:
-        """True while this queue's new directories are not synced yet (see :meth:`flush`)."""
-        return self._dirs_need_sync
+    def flush_files(self, least_pages: int = 0) -> bool:
+        """:meth:`flush` except the fsync of the ``consumequeue`` directory, which the caller does once for
+        many queues; True when it is needed (this queue's directories were new). Blocking."""
+        self.mapped_file_queue.flush(least_pages)
+        return self.flush_new_dirs()
+
+    def flush_new_dirs(self) -> bool:
+        """fsync the ``TOPIC`` file and the topic directory once after they were created; True when it did
+        (the ``consumequeue`` directory then needs an fsync too, for the topic directory's entry)."""
+        if not self._dirs_need_sync:
+            return False
+        topic_file = self.topic_path / TOPIC_FILE_NAME
+        if topic_file.exists():
+            fd = os.open(topic_file, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(self.topic_path)
+        self._dirs_need_sync = False
+        return True
 
     def has_dirty_data(self) -> bool:
         return self.mapped_file_queue.has_dirty_data()

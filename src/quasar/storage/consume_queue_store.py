@@ -261,8 +261,7 @@ class ConsumeQueueStore:
         topic directories, before returning (so before a checkpoint is written)."""
         sync_root = False
         for queue in list(self._queues.values()):
-            sync_root = queue.needs_root_sync or sync_root
-            queue.flush(least_pages, sync_root=False)
+            sync_root = queue.flush_files(least_pages) or sync_root
         if sync_root:
             fsync_dir(self.root)
 
