@@ -41,6 +41,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["ConsumeQueueStore"]
 
+DELETION_MARKER_PREFIX = ".deleting-"
+"""Name prefix of the file a queue deletion leaves in ``root`` while it runs (:meth:`mark_deletion`)."""
 _SCAN_CHUNK = 64 * 1024
 """Bytes read at a time when looking for an unloaded queue's first unit (past its pre-blank units)."""
 
@@ -65,6 +67,9 @@ class ConsumeQueueStore:
         loaded later drops its units of records at or past it first. None before recovery."""
         self._deleting: set[tuple[str, int]] = set()
         """Queues being deleted (:mod:`quasar.storage.queue_deletion`): not created again meanwhile."""
+        self.deletion_markers: list[Path] = []
+        """Markers of queue deletions interrupted by a crash, found by :meth:`load`: recovery then counts every
+        queue's units (:meth:`count_units_below_all`) and removes them (:meth:`clear_deletion_markers`)."""
 
     def __len__(self) -> int:
         """Queues known: loaded or found on disk."""
@@ -165,7 +170,11 @@ class ConsumeQueueStore:
         if not self.root.is_dir():
             return
         with os.scandir(self.root) as topics:
-            topic_entries = sorted((e.name, e.path) for e in topics if e.is_dir())
+            entries = list(topics)
+        topic_entries = sorted((e.name, e.path) for e in entries if e.is_dir())
+        self.deletion_markers = sorted(
+            Path(e.path) for e in entries if e.name.startswith(DELETION_MARKER_PREFIX) and e.is_file()
+        )
         for _, topic_path in topic_entries:
             topic = decode_topic_dir(Path(topic_path))
             with os.scandir(topic_path) as queues:
@@ -176,6 +185,27 @@ class ConsumeQueueStore:
                 key = (topic, int(name))
                 if key not in self._queues:
                     self._on_disk[key] = None
+
+    def mark_deletion(self, topic: str, queue_id: int) -> Path:
+        """Leave a durable marker that queue (topic, queue id) is being deleted (before its files go); returns
+        its path, for the caller to unlink when the deletion is durable. Blocking. Raises OSError."""
+        path = self.root / f"{DELETION_MARKER_PREFIX}{encode_topic_dir(topic)}-{queue_id}"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, f"{topic}\n{queue_id}\n".encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        fsync_dir(self.root)
+        return path
+
+    def clear_deletion_markers(self) -> None:
+        """Remove the markers :meth:`load` found (recovery, once the queues match the commit log). Blocking."""
+        for path in self.deletion_markers:
+            path.unlink(missing_ok=True)
+        if self.deletion_markers:
+            fsync_dir(self.root)
+        self.deletion_markers = []
 
     def recover(self) -> None:
         """Recover the end of every loaded queue (RocketMQ ``ConsumeQueue.recover``; queues load later

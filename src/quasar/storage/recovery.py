@@ -17,9 +17,11 @@
 Consume queue files lost or cut *below* the checkpoint are caught two ways, and both re-dispatch from the first
 segment instead: the queues hold fewer units below the checkpoint than ``logics_flushed_units`` says, or
 re-dispatch meets a gap (a queue that would skip queue offsets). Counting every queue's units opens every queue,
-so it is done after an unclean exit only; after a clean one (every queue flushed at close) only a consume queue
-directory with no queue at all counts as short. With no commit log file at all, every consume
-queue is destroyed.
+so it is done only when a queue deletion was interrupted (its marker file is left in ``consumequeue/``, see
+:mod:`quasar.storage.queue_deletion`): consume queue units below the checkpoint were fsynced before it was
+written, so otherwise only files removed by hand could be missing, and of those only a ``consumequeue``
+directory with no queue at all is noticed at open (remove the ``checkpoint`` file to force a rebuild).
+With no commit log file at all, every consume queue is destroyed.
 """
 
 from __future__ import annotations
@@ -93,10 +95,10 @@ def recover(
     commit_log.truncate_dirty_files(process_offset)
     recorded = below = checkpoint.logics_flushed_units
     if reason == "checkpoint" and start > min_offset:
-        if last_exit_ok:  # flushed at close: only a missing directory would be short (queues stay unloaded)
-            present = recorded if len(consume_queues) or not recorded else 0
-        else:
+        if consume_queues.deletion_markers:  # a queue deletion was interrupted: count every queue
             present = below = consume_queues.count_units_below_all(start)
+        else:  # flushed before the checkpoint: only a missing directory would be short (queues stay unloaded)
+            present = recorded if len(consume_queues) or not recorded else 0
         if present < recorded:
             log.warning(
                 "consume queues hold %d units below the checkpoint, which recorded %d: rebuilding them from "
@@ -124,6 +126,7 @@ def recover(
         consume_queue_dispatcher.allow_pre_blank = True
     if checkpoint.logics_flushed_offset > process_offset:
         checkpoint.logics_flushed_offset = checkpoint.logics_flushed_units = 0
+    consume_queues.clear_deletion_markers()
     if reason == "checkpoint":  # units below the checkpoint as recorded, plus the ones re-dispatched after it
         units = below + consume_queue_dispatcher.units_dispatched
     else:
