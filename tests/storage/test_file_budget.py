@@ -4,12 +4,14 @@ checkpoint, and retention still keeps what unloaded queues need."""
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from quasar.storage import MessageStore, PutStatus
+from quasar.storage import ConsumeQueueUnavailableError, MessageStore, PutStatus
 from quasar.storage.config import consume_queue_file_budget
 from quasar.storage.consume_queue import CQ_STORE_UNIT_SIZE
 
@@ -129,6 +131,55 @@ def test_an_unmapped_dirty_file_is_flushed_through_a_fresh_descriptor(root: Path
     store.flush()
     assert dirty.flushed_position == dirty.wrote_position == CQ_STORE_UNIT_SIZE
     assert not dirty.is_mapped
+    store.close_sync()
+
+
+def _fail_next_queue_opens(monkeypatch: pytest.MonkeyPatch, times: int) -> list[str]:
+    """Make the next ``times`` ``os.open`` calls of a consume queue file fail with EMFILE."""
+    failed: list[str] = []
+    real_open = os.open
+
+    def failing_open(path: Any, flags: int, mode: int = 0o777, *args: Any, **kwargs: Any) -> int:
+        if "consumequeue" in str(path) and Path(path).name.isdigit() and len(failed) < times:
+            failed.append(str(path))
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE), str(path))
+        return real_open(path, flags, mode, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", failing_open)
+    return failed
+
+
+def test_no_descriptor_to_map_a_file_again_is_transient(root: Path, monkeypatch: pytest.MonkeyPatch):
+    store = open_store(root, max_open_consume_queue_files=1)
+    store.put(topic(0), 0, b"first")
+    store.put(topic(1), 0, b"other")
+    store.get(topic(1), 0, 0, 1)
+    store.put(topic(2), 0, b"and another")  # topic 0's file is unmapped now
+    failed = _fail_next_queue_opens(monkeypatch, 2)
+    refused = store.put(topic(0), 0, b"refused")
+    assert refused.status is PutStatus.CREATE_MAPPED_FILE_FAILED and store.open_files_refusals == 1
+    with pytest.raises(ConsumeQueueUnavailableError, match="open files"):
+        store.get(topic(0), 0, 0, 10)
+    assert len(failed) == 2
+    assert store.put(topic(0), 0, b"second").queue_offset == 1  # nothing latched, nothing half-written
+    assert bodies(store, topic(0)) == [b"first", b"second"]
+    store.close_sync()
+
+
+def test_no_descriptor_to_load_a_queue_is_transient(root: Path, monkeypatch: pytest.MonkeyPatch):
+    store = open_store(root)
+    store.put(topic(0), 0, b"kept")
+    store.put(topic(1), 0, b"kept too")
+    store.close_sync()
+    store = open_store(root)
+    _fail_next_queue_opens(monkeypatch, 2)
+    with pytest.raises(ConsumeQueueUnavailableError):
+        store.get(topic(0), 0, 0, 10)
+    assert store.put(topic(1), 0, b"refused").status is PutStatus.CREATE_MAPPED_FILE_FAILED
+    assert store.consume_queues.loaded == 0
+    assert bodies(store, topic(0)) == [b"kept"]
+    assert store.put(topic(1), 0, b"accepted").queue_offset == 1
+    assert bodies(store, topic(1)) == [b"kept too", b"accepted"]
     store.close_sync()
 
 

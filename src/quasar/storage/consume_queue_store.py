@@ -33,7 +33,7 @@ from quasar.storage.consume_queue import (
     decode_topic_dir,
     encode_topic_dir,
 )
-from quasar.storage.errors import ConsumeQueueDeletingError, StoreLoadError
+from quasar.storage.errors import ConsumeQueueDeletingError, ConsumeQueueUnavailableError, StoreLoadError
 from quasar.storage.file_cache import MappedFileCache
 from quasar.storage.mapped_file import fsync_dir
 
@@ -88,16 +88,20 @@ class ConsumeQueueStore:
 
     def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         """The queue of (topic, queue id), loaded now if it is on disk and not loaded yet; None when it does
-        not exist. Raises :class:`StoreLoadError` for inconsistent files (that queue only), OSError."""
+        not exist. Raises :class:`StoreLoadError` for inconsistent files (that queue only),
+        :class:`ConsumeQueueUnavailableError` when its files cannot be opened now (EMFILE...)."""
         queue = self._queues.get((topic, queue_id))
         if queue is None and (topic, queue_id) in self._on_disk:
-            queue = self._load_queue((topic, queue_id))
+            try:
+                queue = self._load_queue((topic, queue_id))
+            except OSError as exc:
+                raise ConsumeQueueUnavailableError(f"consume queue {topic}/{queue_id}: {exc}") from exc
         return queue
 
     def find_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
         """The queue of (topic, queue id) (loaded if on disk), created empty (no file yet) when missing.
-        Raises :class:`ConsumeQueueDeletingError` while that queue is being deleted, :class:`StoreLoadError`
-        / OSError as :meth:`get`."""
+        Raises :class:`ConsumeQueueDeletingError` while that queue is being deleted, the errors of
+        :meth:`get`."""
         queue = self.get(topic, queue_id)
         if queue is None:
             if (topic, queue_id) in self._deleting:
