@@ -31,7 +31,11 @@ from quasar.storage.mapped_file import MappedFile
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MappedFileCache"]
+__all__ = ["SECOND_CHANCES", "MappedFileCache"]
+
+SECOND_CHANCES = 16
+"""Files written since last marked that one eviction call moves to the recent end before it unmaps the least
+recently used file anyway."""
 
 
 class MappedFileCache:
@@ -101,34 +105,31 @@ class MappedFileCache:
 
     def evict(self, keep: MappedFile | None = None) -> int:
         """Unmap least recently used files until at most ``budget`` are mapped; returns how many. Files in use
-        (``keep``, a live view, a flush) and files written since last marked (a second chance) are skipped.
-        Does nothing on a thread other than the owner."""
+        (``keep``, a live view, a flush) are skipped; a file written since last marked gets a second chance,
+        at most :data:`SECOND_CHANCES` of them per call (so a call costs a few steps even when every file is
+        being written, the case of more queues written round-robin than the budget). Does nothing on a thread
+        other than the owner."""
         if threading.get_ident() != self.owner:
             return 0
         evicted = 0
+        chances = SECOND_CHANCES
         with self.lock:
             files = self._files
-            to_check = len(files)
-            while len(files) > self.budget and to_check > 0:
-                to_check -= 1
+            steps = 2 * len(files) + 1  # a pass of second chances, then one that unmaps (all may be in use)
+            while len(files) > self.budget and steps > 0:
+                steps -= 1
                 mapped_file, mark = next(iter(files.items()))
-                if mapped_file is keep or mapped_file.wrote_position != mark:
+                if mapped_file is keep or (mapped_file.wrote_position != mark and chances > 0):
+                    if mapped_file is not keep:
+                        chances -= 1
                     files[mapped_file] = mapped_file.wrote_position
                     files.move_to_end(mapped_file)
-                    continue
-                if not mapped_file.is_mapped:  # closed behind our back
+                elif not mapped_file.is_mapped:  # closed behind our back
                     del files[mapped_file]
-                    continue
-                if mapped_file.unmap():
+                elif mapped_file.unmap():
                     del files[mapped_file]
                     evicted += 1
                 else:
                     files.move_to_end(mapped_file)
-            if len(files) > self.budget and to_check == 0:
-                # everything left was written since marked: the oldest go anyway (their marks are fresh now)
-                for mapped_file in list(files)[: len(files) - self.budget]:
-                    if mapped_file is not keep and mapped_file.unmap():
-                        del files[mapped_file]
-                        evicted += 1
         self.evictions += evicted
         return evicted
