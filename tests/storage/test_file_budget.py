@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +132,31 @@ def test_an_unmapped_dirty_file_is_flushed_through_a_fresh_descriptor(root: Path
     store.flush()
     assert dirty.flushed_position == dirty.wrote_position == CQ_STORE_UNIT_SIZE
     assert not dirty.is_mapped
+    store.close_sync()
+
+
+def test_another_thread_reads_units_without_mapping_files(root: Path):
+    """Retention reads units on its own thread: under the cache's lock from a mapped file, with ``pread``
+    from an unmapped one, which it leaves unmapped (only the owner thread maps and evicts)."""
+    store = open_store(root, max_open_consume_queue_files=1)
+    results = [store.put(topic(0), 0, body_for(i)) for i in range(3)]
+    store.put(topic(1), 0, b"other")
+    store.get(topic(1), 0, 0, 1)
+    store.put(topic(2), 0, b"third")
+    queue = store.consume_queues.get(topic(0), 0)
+    other = store.consume_queues.get(topic(2), 0)
+    assert queue is not None and other is not None
+    unmapped = queue.mapped_file_queue.mapped_files[0]
+    assert not unmapped.is_mapped and other.mapped_file_queue.mapped_files[0].is_mapped
+    seen: list[object] = []
+    worker = threading.Thread(target=lambda: seen.extend([queue.get_unit(1), other.get_unit(0)]))
+    worker.start()
+    worker.join(10)
+    assert [(u.commit_log_offset, u.size) for u in seen] == [  # type: ignore[attr-defined]
+        (results[1].commit_log_offset, results[1].wrote_bytes),
+        (other.get_unit(0).commit_log_offset, other.get_unit(0).size),  # type: ignore[union-attr]
+    ]
+    assert not unmapped.is_mapped and len(store.file_cache) == 1
     store.close_sync()
 
 
