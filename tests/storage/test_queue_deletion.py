@@ -100,12 +100,15 @@ async def test_a_crash_in_the_middle_of_a_deletion_keeps_the_offsets_taken(root:
     await _fill(store, 25)
     queue = store.consume_queues.get(DELETED, 0)
     assert queue is not None
+    store.consume_queues.mark_deletion(DELETED, 0)
     abandon(store)
     survivor = ConsumeQueue(root / "consumequeue", DELETED, 0, CQ_FILE_SIZE)
     survivor.load()
-    survivor.destroy()  # what step 2 of the deletion leaves
+    survivor.destroy()  # what step 2 of the deletion leaves: the marker, no files
 
     recovered = open_store(root)
+    assert recovered.recovery is not None and recovered.recovery.reason == "consume queues short of the checkpoint"
+    assert not list((root / "consumequeue").glob(".deleting-*"))  # recovered: the marker went
     assert recovered.max_queue_offset(DELETED, 0) == 25
     assert recovered.put(DELETED, 0, b"next").queue_offset == 25
     recovered.close_sync()

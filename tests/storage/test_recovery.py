@@ -191,6 +191,9 @@ def test_short_consume_queue_is_completed_from_the_commit_log(root: Path):
     files = sorted(queue_dir.iterdir())
     files[-1].unlink()  # the newest consume queue file of queue 2 is gone
     os.truncate(files[-2], 60)  # and the one before lost its tail
+    # units below the checkpoint were fsynced before it: only a hand (or a broken disk) removes them, and
+    # open does not count every queue to find out (issue 21): removing the checkpoint forces the rebuild
+    (root / "checkpoint").unlink()
 
     store = open_store(root)
     assert _queue_contents(store) == _expected(results, 60)

@@ -110,6 +110,7 @@ def _store_config(config: BrokerConfig, root_dir: Path) -> StoreConfig:
         clean_resource_interval_ms=config.clean_resource_interval_ms,
         delete_file_batch_max=config.delete_file_batch_max,
         clean_file_forcibly_enable=config.clean_file_forcibly_enable,
+        max_open_consume_queue_files=config.max_open_consume_queue_files,
     )
 
 

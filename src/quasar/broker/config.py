@@ -232,6 +232,10 @@ class BrokerConfig:
     """``cleanResourceInterval``: period of the clean service."""
     delete_file_batch_max: int = 10
     """``deleteFileBatchMax``: segments deleted per clean round at most."""
+    max_open_consume_queue_files: int = 0
+    """Consume queue files kept mapped at most (each holds one file descriptor); the least recently used are
+    unmapped and closed beyond it and mapped again on demand. 0: the soft ``RLIMIT_NOFILE`` minus 512, within
+    16..32,768 (``StoreConfig.max_open_consume_queue_files``)."""
     clean_file_forcibly_enable: bool = True
     """``cleanFileForciblyEnable``: allow age-independent deletion above the clean-forcibly ratio."""
     # managed ledger, dispatch, deduplication, subscriptions and policy defaults (Pulsar broker.conf names)

@@ -12,6 +12,7 @@ from quasar.storage.config import StoreConfig
 from quasar.storage.errors import (
     ConsumeQueueDeletingError,
     ConsumeQueueGapError,
+    ConsumeQueueUnavailableError,
     CorruptRecordError,
     DiskFullError,
     InvalidMessageError,
@@ -39,6 +40,7 @@ __all__ = [
     "CleanResult",
     "ConsumeQueueDeletingError",
     "ConsumeQueueGapError",
+    "ConsumeQueueUnavailableError",
     "CorruptRecordError",
     "DiskFullError",
     "FlushDiskType",

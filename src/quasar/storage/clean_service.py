@@ -14,13 +14,14 @@ Every ``clean_resource_interval_ms`` the :class:`CleanService` thread:
    is
    - no longer needed by any queue: below the commit log offset of each queue's first needed unit (a queue
      needs its units from ``max(min offset, the offset given to set_queue_min_offset)`` on; a queue never
-     told needs everything it holds),
+     told needs everything it holds; a queue not loaded since the open needs everything from its first unit),
    - already flushed and dispatched to the index,
    - and expired: its last write is older than ``file_reserved_time_h``; deletion of expired segments runs
      at the ``delete_when`` hours or when disk use passes ``disk_max_used_space_ratio``; past
      ``disk_space_clean_forcibly_ratio`` (with ``clean_file_forcibly_enable``) age does not matter.
 3. deletes **consume queue files** wholly below the queue's needed offset or pointing only below the commit
-   log's new minimum (never a queue's last file), and index files whose records are all gone.
+   log's new minimum (never a queue's last file; loaded queues only: the others wait until first used), and
+   index files whose records are all gone.
 
 Files leave the segment lists on the event loop thread (the store reads them there) and are unmapped and
 unlinked afterwards on this thread.
@@ -324,6 +325,10 @@ class StoreRetention:
         limit = min(self._commit_log.flushed_offset, self._writer.dispatch_mark[0])
         if self._reput is not None and self._async_dispatchers:
             limit = min(limit, self._reput.reput_from_offset)
+        # queues not loaded since the open first (one loading meanwhile is then seen at least once)
+        unloaded = self._consume_queues.unloaded_first_commit_log_offset()
+        if unloaded is not None:
+            limit = min(limit, unloaded)
         for queue in self._consume_queues:
             needed = self.queue_min_offsets.get((queue.topic, queue.queue_id), 0)
             limit = min(limit, queue_needed_commit_log_offset(queue, needed))

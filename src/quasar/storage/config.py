@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import resource
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,6 +83,14 @@ class StoreConfig:
     clean_file_forcibly_enable: bool = True
     """``cleanFileForciblyEnable``: allow age-independent deletion above the clean-forcibly ratio."""
 
+    max_open_consume_queue_files: int = 0
+    """Quasar (issue 21): consume queue files mapped at a time at most; the least recently used ones beyond it
+    are unmapped, and mapped again when used (:mod:`quasar.storage.file_cache`). A mapped file holds one file
+    descriptor (the duplicate ``mmap`` keeps) and one memory mapping. 0 (the default) derives it when the
+    store opens from the soft ``RLIMIT_NOFILE``: what is left after 512 descriptors for the rest of the broker
+    (connections, commit log, index, metadata), at least 16 and at most 32,768 files (Linux allows 65,530
+    mappings per process by default): 512 under the common 1,024 limit."""
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "root_dir", Path(self.root_dir))
         if self.commit_log_file_size < MIN_COMMIT_LOG_FILE_SIZE:
@@ -109,6 +118,10 @@ class StoreConfig:
                 raise ValueError(f"{name} must be positive: {getattr(self, name)}")
         if self.flush_least_pages < 0 or self.flush_consume_queue_least_pages < 0:
             raise ValueError("least-pages settings must be >= 0")
+        if self.max_open_consume_queue_files < 0:
+            raise ValueError(
+                f"max_open_consume_queue_files must be >= 0: {self.max_open_consume_queue_files}"
+            )
         if self.max_index_num < 2:
             raise ValueError(f"max_index_num must be >= 2: {self.max_index_num}")
         if self.file_reserved_time_h < 0:
@@ -131,6 +144,25 @@ class StoreConfig:
     def warning_level_ratio(self) -> float:
         """``diskSpaceWarningLevelRatio`` as a fraction, clamped to 0.35..0.90 (RocketMQ)."""
         return min(max(self.disk_space_warning_level_ratio / 100, 0.35), 0.90)
+
+
+OPEN_FILES_KEPT_FOR_THE_BROKER = 512
+"""Descriptors the derived budget leaves to everything else (connections, commit log, index, metadata)."""
+MAX_DERIVED_FILE_BUDGET = 32_768
+"""Most mapped files the derived budget allows (half of Linux's default ``vm.max_map_count``)."""
+
+
+def consume_queue_file_budget(config: StoreConfig, soft_limit: int | None = None) -> int:
+    """The number of consume queue files the store keeps mapped: ``max_open_consume_queue_files``, or when it
+    is 0, ``soft RLIMIT_NOFILE - 512`` clamped to 16..32,768 (``soft_limit`` overrides the process's limit,
+    for tests; an unlimited one gives 32,768)."""
+    if config.max_open_consume_queue_files:
+        return config.max_open_consume_queue_files
+    if soft_limit is None:
+        soft_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft_limit == resource.RLIM_INFINITY or soft_limit < 0:
+        return MAX_DERIVED_FILE_BUDGET
+    return min(MAX_DERIVED_FILE_BUDGET, max(16, soft_limit - OPEN_FILES_KEPT_FOR_THE_BROKER))
 
 
 def parse_delete_when(delete_when: str) -> frozenset[int]:

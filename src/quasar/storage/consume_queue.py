@@ -24,15 +24,19 @@ import hashlib
 import logging
 import os
 import struct
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 from urllib.parse import quote, unquote
 
 from quasar.native import load_twin
 from quasar.storage.errors import ConsumeQueueGapError, StoreLoadError
 from quasar.storage.mapped_file import OS_PAGE_SIZE, MappedFile, fsync_dir
 from quasar.storage.mapped_file_queue import MappedFileQueue
+
+if TYPE_CHECKING:
+    from quasar.storage.file_cache import MappedFileCache
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +88,19 @@ def decode_topic_dir(path: Path) -> str:
     return unquote(name, errors="strict")
 
 
+def read_at(path: Path, position: int, size: int) -> bytes:
+    """``size`` bytes at ``position`` of the file at ``path``, read without mapping it (a thread other than
+    the file cache's owner reading an unmapped file). Raises OSError."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        data = os.pread(fd, size, position)
+    finally:
+        os.close(fd)
+    if len(data) != size:
+        raise StoreLoadError(f"{path}: {len(data)} bytes at {position}, {size} expected")
+    return data
+
+
 class ConsumeQueueUnit(NamedTuple):
     commit_log_offset: int
     size: int
@@ -93,7 +110,16 @@ class ConsumeQueueUnit(NamedTuple):
 class ConsumeQueue:
     """The consume queue of ``(topic, queue_id)`` under ``root`` (the ``consumequeue`` directory)."""
 
-    def __init__(self, root: Path, topic: str, queue_id: int, mapped_file_size: int) -> None:
+    def __init__(
+        self,
+        root: Path,
+        topic: str,
+        queue_id: int,
+        mapped_file_size: int,
+        file_cache: MappedFileCache | None = None,
+    ) -> None:
+        """``file_cache``: the store's budget of mapped files (files are then mapped on demand and may be
+        unmapped when not in use; see :mod:`quasar.storage.file_cache`); None keeps every file mapped."""
         if mapped_file_size <= 0 or mapped_file_size % CQ_STORE_UNIT_SIZE:
             raise ValueError(f"consume queue file size must be a positive multiple of 20: {mapped_file_size}")
         self.root = root
@@ -101,7 +127,10 @@ class ConsumeQueue:
         self.queue_id = queue_id
         self.topic_path = root / encode_topic_dir(topic)
         self.mapped_file_queue = MappedFileQueue(
-            self.topic_path / str(queue_id), mapped_file_size, first_reserve_step=CQ_FIRST_RESERVE_STEP
+            self.topic_path / str(queue_id),
+            mapped_file_size,
+            first_reserve_step=CQ_FIRST_RESERVE_STEP,
+            file_cache=file_cache,
         )
         self.mapped_file_size = mapped_file_size
         self.min_logic_offset = 0
@@ -132,12 +161,21 @@ class ConsumeQueue:
         if not self.min_offset <= queue_offset < self.max_offset:
             return None
         position = queue_offset * CQ_STORE_UNIT_SIZE
-        mapped_file = self.mapped_file_queue.find_mapped_file_by_offset(position)
+        queue = self.mapped_file_queue
+        mapped_file = queue.find_mapped_file_by_offset(position)
         if mapped_file is None:
             return None
-        return ConsumeQueueUnit(
-            *UNIT.unpack_from(mapped_file.buffer, position - mapped_file.file_from_offset)
-        )
+        position -= mapped_file.file_from_offset
+        cache = queue.file_cache
+        if cache is None:
+            return ConsumeQueueUnit(*UNIT.unpack_from(mapped_file.buffer, position))
+        if threading.get_ident() == cache.owner:
+            cache.use(mapped_file)
+            return ConsumeQueueUnit(*UNIT.unpack_from(mapped_file.buffer, position))
+        with cache.lock:  # another thread (retention): no eviction while it reads, no mapping for it
+            if mapped_file.is_mapped:
+                return ConsumeQueueUnit(*UNIT.unpack_from(mapped_file.buffer, position))
+        return ConsumeQueueUnit(*UNIT.unpack(read_at(mapped_file.path, position, CQ_STORE_UNIT_SIZE)))
 
     def read_units(self, queue_offset: int, max_count: int) -> memoryview | None:
         """Zero-copy view of up to ``max_count`` consecutive units from ``queue_offset``, all in one file (the
@@ -146,9 +184,12 @@ class ConsumeQueue:
         if not self.min_offset <= queue_offset < self.max_offset or max_count <= 0:
             return None
         position = queue_offset * CQ_STORE_UNIT_SIZE
-        mapped_file = self.mapped_file_queue.find_mapped_file_by_offset(position)
+        queue = self.mapped_file_queue
+        mapped_file = queue.find_mapped_file_by_offset(position)
         if mapped_file is None:
             return None
+        if queue.file_cache is not None:
+            queue.file_cache.use(mapped_file)
         start = position - mapped_file.file_from_offset
         end = min(mapped_file.wrote_position, start + max_count * CQ_STORE_UNIT_SIZE)
         return mapped_file.buffer[start:end]
@@ -195,8 +236,8 @@ class ConsumeQueue:
         if mapped_file is None or mapped_file.is_full():
             mapped_file = self._next_file(expected)
         position = mapped_file.wrote_position
-        if position + CQ_STORE_UNIT_SIZE > mapped_file.reserved_position:
-            mapped_file.reserve(position + CQ_STORE_UNIT_SIZE)
+        if position + CQ_STORE_UNIT_SIZE > mapped_file.reserved_position:  # also when unmapped (reads 0)
+            queue.use(mapped_file).reserve(position + CQ_STORE_UNIT_SIZE)
         UNIT.pack_into(mapped_file.buffer, position, commit_log_offset, size, tag_hash)
         mapped_file.wrote_position = mapped_file.committed_position = position + CQ_STORE_UNIT_SIZE
         self.max_physic_offset = commit_log_offset + size
@@ -214,7 +255,7 @@ class ConsumeQueue:
         if mapped_file is None or mapped_file.is_full():
             mapped_file = self._next_file(queue.max_offset)
         position = mapped_file.wrote_position
-        mapped_file.reserve(min(mapped_file.file_size, position + count * CQ_STORE_UNIT_SIZE))
+        queue.use(mapped_file).reserve(min(mapped_file.file_size, position + count * CQ_STORE_UNIT_SIZE))
         return mapped_file
 
     def append_units(
@@ -235,7 +276,9 @@ class ConsumeQueue:
             position = mapped_file.wrote_position
             stop = min(count, index + (mapped_file.file_size - position) // CQ_STORE_UNIT_SIZE)
             if position + (stop - index) * CQ_STORE_UNIT_SIZE > mapped_file.reserved_position:
-                mapped_file.reserve(position + (stop - index) * CQ_STORE_UNIT_SIZE)
+                self.mapped_file_queue.use(mapped_file).reserve(
+                    position + (stop - index) * CQ_STORE_UNIT_SIZE
+                )
             position = pack_units_into(
                 mapped_file.buffer, position, commit_log_offsets, index, stop, end_offset, tag_hash
             )
@@ -275,9 +318,11 @@ class ConsumeQueue:
         self.min_logic_offset = expected
 
     def _ensure_dirs(self) -> None:
+        """Create the topic and queue directories (one ``mkdir`` each: a new queue's cost on the put path)."""
         if self.mapped_file_queue.store_path.is_dir():
             return
-        self.mapped_file_queue.store_path.mkdir(parents=True, exist_ok=True)
+        self.topic_path.mkdir(parents=True, exist_ok=True)
+        self.mapped_file_queue.store_path.mkdir(exist_ok=True)
         if self.topic_path.name.startswith(_HASHED_PREFIX):
             topic_file = self.topic_path / TOPIC_FILE_NAME
             if not topic_file.exists():
@@ -296,12 +341,21 @@ class ConsumeQueue:
         Scans from the third-last file while ``offset >= 0 and size > 0``; the first failing unit ends the
         data. Also sets ``min_offset`` (skipping pre-blank units) and ``max_physic_offset``.
         """
+        cache = self.mapped_file_queue.file_cache
+        if cache is None:
+            self._recover()
+        else:
+            with cache.lock:  # no eviction by another thread while this one reads
+                self._recover()
+
+    def _recover(self) -> None:
         queue = self.mapped_file_queue
         files = queue.mapped_files
         if not files:
             return
         end = files[max(0, len(files) - 3)].file_from_offset
         for mapped_file in files[max(0, len(files) - 3) :]:
+            queue.use(mapped_file)
             valid = 0
             for commit_log_offset, size, _ in UNIT.iter_unpack(mapped_file.buffer):
                 if commit_log_offset < 0 or size <= 0:
@@ -314,7 +368,7 @@ class ConsumeQueue:
         first = queue.first_mapped_file
         self.min_logic_offset = first.file_from_offset if first is not None else 0
         if first is not None:
-            buffer = first.buffer
+            buffer = queue.use(first).buffer
             while self.min_logic_offset < queue.max_offset:
                 position = self.min_logic_offset - first.file_from_offset
                 if (
@@ -377,18 +431,31 @@ class ConsumeQueue:
         """fdatasync dirty files (and, once, newly created directories and the ``TOPIC`` file); return the
         flushed byte offset. Blocking."""
         flushed = self.mapped_file_queue.flush(least_pages)
-        if self._dirs_need_sync:
-            topic_file = self.topic_path / TOPIC_FILE_NAME
-            if topic_file.exists():
-                fd = os.open(topic_file, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-            fsync_dir(self.topic_path)
+        if self.flush_new_dirs():
             fsync_dir(self.root)
-            self._dirs_need_sync = False
         return flushed
+
+    def flush_files(self, least_pages: int = 0) -> bool:
+        """:meth:`flush` except the fsync of the ``consumequeue`` directory, which the caller does once for
+        many queues; True when it is needed (this queue's directories were new). Blocking."""
+        self.mapped_file_queue.flush(least_pages)
+        return self.flush_new_dirs()
+
+    def flush_new_dirs(self) -> bool:
+        """fsync the ``TOPIC`` file and the topic directory once after they were created; True when it did
+        (the ``consumequeue`` directory then needs an fsync too, for the topic directory's entry)."""
+        if not self._dirs_need_sync:
+            return False
+        topic_file = self.topic_path / TOPIC_FILE_NAME
+        if topic_file.exists():
+            fd = os.open(topic_file, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(self.topic_path)
+        self._dirs_need_sync = False
+        return True
 
     def has_dirty_data(self) -> bool:
         return self.mapped_file_queue.has_dirty_data()

@@ -91,6 +91,11 @@ class ConsumeQueueDeletingError(StorageError):
     (:mod:`quasar.storage.queue_deletion`); the caller retries once the deletion is done."""
 
 
+class ConsumeQueueUnavailableError(StorageError):
+    """A consume queue's files could not be opened or mapped when it was used (too many open files, out of
+    memory, an I/O error): transient, the next use tries again."""
+
+
 class OffsetOutOfRangeError(StorageError):
     """A read asked for bytes outside the written part of the commit log or a consume queue."""
 

@@ -17,11 +17,15 @@ the loop thread keeps appending: the position sampled *before* the sync becomes 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import mmap
 import os
+import threading
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Protocol
 
 from quasar.storage.errors import OffsetOutOfRangeError, StoreLoadError
 
@@ -46,6 +50,17 @@ def reserve_space(fd: int, start: int, end: int) -> None:
     SIGBUS, not an error. Raises OSError (``ENOSPC`` when the disk is full)."""
     if end > start:
         os.posix_fallocate(fd, start, end - start)
+
+
+class FileCounter(Protocol):
+    """What a file knows of the cache that counts it (:class:`~quasar.storage.file_cache.MappedFileCache`)."""
+
+    def forget(self, mapped_file: MappedFile) -> None: ...
+
+
+_UNMAPPED = memoryview(b"")
+_UNMAPPED.release()
+"""The ``buffer`` of a file that is not mapped: any use raises ValueError (never a stale mapping)."""
 
 
 def offset_to_file_name(offset: int) -> str:
@@ -85,12 +100,21 @@ class MappedFile:
     log keeps the default (4 MiB steps from the start); a consume queue file starts at one page, so a queue
     with a few units holds 4 KiB of disk, not 4 MiB, and a busy one reaches 4 MiB steps after ten
     reservations. The logical size (``file_size``, a sparse file) does not depend on it.
+
+    ``keep_fd``: keep the file's descriptor open while mapped (the commit log: its flush thread syncs it all
+    the time). With False (consume queue files, many and small) the descriptor is closed once the file is
+    mapped, so a mapped file holds one descriptor, the duplicate ``mmap`` keeps, and a reservation, a flush
+    or a truncation opens one for its duration.
     """
 
     __slots__ = (
         "_fd",
+        "_fd_lock",
+        "_keep_fd",
         "_mmap",
+        "_saved_reserved_position",
         "buffer",
+        "cache",
         "committed_position",
         "file_from_offset",
         "file_size",
@@ -110,6 +134,7 @@ class MappedFile:
         create: bool,
         extend_short: bool = False,
         first_reserve_step: int = RESERVE_CHUNK_SIZE,
+        keep_fd: bool = True,
     ) -> None:
         self.path = path
         self.file_size = file_size
@@ -119,6 +144,12 @@ class MappedFile:
         if not 0 < first_reserve_step <= RESERVE_CHUNK_SIZE:
             raise ValueError(f"first reserve step must be in (0, {RESERVE_CHUNK_SIZE}]: {first_reserve_step}")
         self.first_reserve_step = first_reserve_step
+        self._fd_lock = threading.Lock()
+        """Held while another thread uses the descriptor (a flush) and while it is closed."""
+        self.cache: FileCounter | None = None
+        """The cache of open files this file is counted in (consume queue files), or None."""
+        self._saved_reserved_position = 0
+        self._keep_fd = keep_fd
         flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
         self._fd = os.open(path, flags, 0o644)
         try:
@@ -134,19 +165,133 @@ class MappedFile:
                     raise StoreLoadError(
                         f"{path}: size {actual} bytes does not match the configured {file_size} bytes"
                     )
-            self._mmap = mmap.mmap(self._fd, file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            self._mmap: mmap.mmap | None = mmap.mmap(
+                self._fd, file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE
+            )
         except BaseException:
             os.close(self._fd)
             if create:
                 path.unlink(missing_ok=True)
             raise
         self.buffer = memoryview(self._mmap)
+        if not keep_fd:  # the mapping holds its own duplicate; file operations open one when needed
+            os.close(self._fd)
+            self._fd = -1
         self.needs_dir_sync = create
         self.wrote_position = 0
         self.committed_position = 0
         self.flushed_position = 0
         self.reserved_position = 0
         """Bytes from the file start known to have disk blocks (see :meth:`reserve`)."""
+
+    @classmethod
+    def unmapped(
+        cls, path: Path, file_size: int, *, first_reserve_step: int = RESERVE_CHUNK_SIZE, keep_fd: bool = True
+    ) -> MappedFile:
+        """An existing file of ``file_size`` bytes known by name only: no descriptor, no mapping, until
+        :meth:`remap` (lazy loading of consume queues). Its positions say full (``file_size``) until recovery
+        sets them; ``buffer`` raises ValueError until mapped. The caller checked the size."""
+        self = cls.__new__(cls)
+        self.path = path
+        self.file_size = file_size
+        self.file_from_offset = file_name_to_offset(path.name)
+        self.first_reserve_step = first_reserve_step
+        self._fd_lock = threading.Lock()
+        self.cache = None
+        self._keep_fd = keep_fd
+        self._fd = -1
+        self._mmap = None
+        self.buffer = _UNMAPPED
+        self.needs_dir_sync = False
+        self.set_positions(file_size)
+        self.reserved_position = 0
+        self._saved_reserved_position = 0
+        return self
+
+    @property
+    def is_mapped(self) -> bool:
+        """True while the file has its descriptor and mapping (False after :meth:`unmap` or :meth:`close`)."""
+        return self._mmap is not None
+
+    def remap(self) -> None:
+        """Open and map the file again after :meth:`unmap` (or :meth:`unmapped`), keeping the positions; the
+        disk reserved before is known again. Blocking (open + mmap). Raises OSError (EMFILE: no descriptor
+        left), :class:`StoreLoadError` when the file's size changed."""
+        if self._mmap is not None:
+            return
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            actual = os.fstat(fd).st_size
+            if actual != self.file_size:
+                raise StoreLoadError(f"{self.path}: size {actual} bytes, expected {self.file_size} bytes")
+            mapping = mmap.mmap(fd, self.file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._mmap = mapping
+        self.buffer = memoryview(mapping)
+        if self._keep_fd:
+            self._fd = fd
+        else:
+            os.close(fd)
+        self.reserved_position = self._saved_reserved_position  # last: the put path checks it first
+
+    def advise_random(self) -> None:
+        """``madvise(MADV_RANDOM)`` on the mapping: a page fault reads that page only, no read-around. A consume
+        queue file is written one 20-byte unit at a time and mostly a hole: read-around would fill hundreds
+        of KiB of page cache with zeros at every first touch after a (re)mapping."""
+        mapping = self._mmap
+        if mapping is not None and hasattr(mmap, "MADV_RANDOM"):
+            mapping.madvise(mmap.MADV_RANDOM)
+
+    def unmap(self) -> bool:
+        """Unmap and close the file but keep it (positions, reserved disk) for :meth:`remap`; True when done.
+
+        False, and the file stays mapped, when a view handed out still references the mapping (``BufferError``:
+        closed later, once the view is freed) or another thread is using the descriptor (a flush). The file's
+        ``reserved_position`` reads 0 meanwhile, so the put path's check sends it to the slow path, which
+        maps it again. Only the thread that writes the file (the loop thread) calls this."""
+        if self._mmap is None:
+            return True
+        if not self._fd_lock.acquire(blocking=False):
+            return False
+        try:
+            mapping = self._mmap
+            assert mapping is not None
+            buffer = self.buffer
+            saved = self.reserved_position
+            self.reserved_position = 0
+            self.buffer = _UNMAPPED
+            released = False
+            try:
+                buffer.release()
+                released = True
+                mapping.close()
+            except BufferError:  # a view of the mapping is alive: keep it mapped
+                self.buffer = memoryview(mapping) if released else buffer
+                self.reserved_position = saved
+                return False
+            self._saved_reserved_position = saved
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+            self._mmap = None
+            return True
+        finally:
+            self._fd_lock.release()
+
+    @contextlib.contextmanager
+    def _descriptor(self) -> Iterator[int]:
+        """The file's descriptor: the one kept open, or one opened for the caller and closed after (a file
+        made with ``keep_fd=False``, or unmapped). Raises OSError (EMFILE when none is left)."""
+        if self._fd >= 0:
+            yield self._fd
+            return
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
 
     def __repr__(self) -> str:
         return (
@@ -184,7 +329,8 @@ class MappedFile:
             return
         step = min(RESERVE_CHUNK_SIZE, max(self.first_reserve_step, reserved))
         end = min(self.file_size, max(end_position, reserved + step))
-        reserve_space(self._fd, reserved, end)
+        with self._descriptor() as fd:
+            reserve_space(fd, reserved, end)
         self.reserved_position = end
 
     def set_positions(self, position: int) -> None:
@@ -222,7 +368,9 @@ class MappedFile:
         """
         if self.is_able_to_flush(least_pages):
             position = self.wrote_position
-            fdatasync(self._fd)
+            with self._fd_lock, self._descriptor() as fd:
+                # also after an unmap: the dirty pages are the inode's, any descriptor syncs them
+                fdatasync(fd)
             if self.needs_dir_sync:
                 fsync_dir(self.path.parent)
                 self.needs_dir_sync = False
@@ -241,9 +389,10 @@ class MappedFile:
         if not 0 <= position <= self.file_size:
             raise ValueError(f"truncate position {position} outside [0, {self.file_size}]")
         if not self._tail_is_clean(position):
-            os.ftruncate(self._fd, position)
-            os.ftruncate(self._fd, self.file_size)
-            os.fsync(self._fd)
+            with self._descriptor() as fd:
+                os.ftruncate(fd, position)
+                os.ftruncate(fd, self.file_size)
+                os.fsync(fd)
         self.set_positions(position)
 
     def _tail_is_clean(self, position: int) -> bool:
@@ -254,7 +403,8 @@ class MappedFile:
         if page_end >= self.file_size:
             return True
         try:
-            os.lseek(self._fd, page_end, os.SEEK_DATA)
+            with self._descriptor() as fd:
+                os.lseek(fd, page_end, os.SEEK_DATA)
         except OSError as exc:
             return exc.errno == errno.ENXIO  # ENXIO: no data past page_end
         return False
@@ -262,15 +412,28 @@ class MappedFile:
     def close(self) -> None:
         """Unmap and close. A mapping still referenced by handed-out views stays alive until they are
         freed."""
-        if self._fd < 0:
-            return
-        self.buffer.release()
-        try:
-            self._mmap.close()
-        except BufferError:
-            log.debug("%s: views still reference the mapping; it is unmapped when they are freed", self.path)
-        os.close(self._fd)
-        self._fd = -1
+        with self._fd_lock:
+            cache = self.cache
+            if cache is not None:
+                self.cache = None
+                cache.forget(self)
+            if self._mmap is None:
+                return
+            self._saved_reserved_position = self.reserved_position
+            self.reserved_position = 0
+            self.buffer.release()
+            self.buffer = _UNMAPPED
+            mapping = self._mmap
+            self._mmap = None
+            try:
+                mapping.close()
+            except BufferError:
+                log.debug(
+                    "%s: views still reference the mapping; it is unmapped when they are freed", self.path
+                )
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
 
     def destroy(self) -> None:
         """Close and delete the file (the caller fsyncs the directory)."""

@@ -12,6 +12,7 @@ event loop thread rolls to a new file. This generic queue knows nothing of commi
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,6 +27,7 @@ from quasar.storage.mapped_file import (
 
 if TYPE_CHECKING:
     from quasar.storage.allocate import AllocateMappedFileService
+    from quasar.storage.file_cache import MappedFileCache
 
 log = logging.getLogger(__name__)
 
@@ -40,11 +42,15 @@ class MappedFileQueue:
         *,
         allocator: AllocateMappedFileService | None = None,
         first_reserve_step: int = RESERVE_CHUNK_SIZE,
+        file_cache: MappedFileCache | None = None,
     ) -> None:
         """``allocator``: when given, new files come from it and the one after is pre-allocated in the
         background (the commit log); otherwise they are created on the caller's thread.
         ``first_reserve_step``: the first disk reservation of each file this queue creates or loads (bytes;
-        see :class:`MappedFile`)."""
+        see :class:`MappedFile`). ``file_cache``: when given (consume queues), :meth:`load` maps no file, files
+        are mapped on demand (:meth:`use`) and counted in the cache, which unmaps the least recently used ones
+        over its budget; without it (the commit log) every file stays mapped."""
+        self.file_cache = file_cache
         if mapped_file_size <= 0:
             raise ValueError(f"mapped file size must be positive: {mapped_file_size}")
         self.first_reserve_step = first_reserve_step
@@ -98,13 +104,17 @@ class MappedFileQueue:
                         f"{self.store_path}: gap between {files[-1].file_name} and {name} "
                         "(missing segment files)"
                     )
-                mapped_file = MappedFile(
-                    self.store_path / name,
-                    self.mapped_file_size,
-                    create=False,
-                    extend_short=name == names[-1] or name in truncated,
-                    first_reserve_step=self.first_reserve_step,
-                )
+                extend_short = name == names[-1] or name in truncated
+                if self.file_cache is not None:
+                    mapped_file = self._unmapped(name, sizes[name], extend_short=extend_short)
+                else:
+                    mapped_file = MappedFile(
+                        self.store_path / name,
+                        self.mapped_file_size,
+                        create=False,
+                        extend_short=extend_short,
+                        first_reserve_step=self.first_reserve_step,
+                    )
                 mapped_file.set_positions(self.mapped_file_size)
                 files.append(mapped_file)
         except BaseException:
@@ -113,6 +123,35 @@ class MappedFileQueue:
             raise
         self._set_files(files)
         self.flushed_where = files[-1].end_offset if files else 0
+
+    def _unmapped(self, name: str, size: int, *, extend_short: bool) -> MappedFile:
+        """A file of the lazy load: checked and, when short and allowed, extended, but not mapped."""
+        path = self.store_path / name
+        if size != self.mapped_file_size:
+            if size > self.mapped_file_size or not extend_short:
+                raise StoreLoadError(
+                    f"{path}: size {size} bytes does not match the configured {self.mapped_file_size} bytes"
+                )
+            log.warning(
+                "%s: %d bytes, extending to %d (torn last segment)", path, size, self.mapped_file_size
+            )
+            fd = os.open(path, os.O_RDWR)
+            try:
+                os.ftruncate(fd, self.mapped_file_size)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        return MappedFile.unmapped(
+            path, self.mapped_file_size, first_reserve_step=self.first_reserve_step, keep_fd=False
+        )
+
+    def use(self, mapped_file: MappedFile) -> MappedFile:
+        """``mapped_file``, mapped (again) and marked recently used in the file cache; returns it. Without a
+        cache every file is mapped already. Raises OSError when it cannot be mapped."""
+        cache = self.file_cache
+        if cache is not None:
+            cache.use(mapped_file)
+        return mapped_file
 
     # -- lookup ----------------------------------------------------------------------------------------------
 
@@ -164,7 +203,8 @@ class MappedFileQueue:
             return files[-1] if files else None
         size = self.mapped_file_size
         create_offset = files[-1].end_offset if files else start_offset - start_offset % size
-        self.store_path.mkdir(parents=True, exist_ok=True)
+        if not files and not self.store_path.is_dir():  # a stat is cheaper than a failing mkdir
+            self.store_path.mkdir(parents=True, exist_ok=True)
         path = self.store_path / offset_to_file_name(create_offset)
         allocator = self.allocator
         if allocator is not None:
@@ -172,8 +212,14 @@ class MappedFileQueue:
             allocator.pre_allocate(self.store_path / offset_to_file_name(create_offset + size))
         else:
             mapped_file = MappedFile(
-                path, self.mapped_file_size, create=True, first_reserve_step=self.first_reserve_step
+                path,
+                self.mapped_file_size,
+                create=True,
+                first_reserve_step=self.first_reserve_step,
+                keep_fd=self.file_cache is None,
             )
+        if self.file_cache is not None:
+            self.file_cache.add(mapped_file)
         if not files:
             self.flushed_where = create_offset
         self._set_files([*files, mapped_file])
@@ -222,7 +268,7 @@ class MappedFileQueue:
             if mapped_file.end_offset <= offset:
                 kept.append(mapped_file)
             elif mapped_file.file_from_offset <= offset:
-                mapped_file.truncate_to(offset - mapped_file.file_from_offset)
+                self.use(mapped_file).truncate_to(offset - mapped_file.file_from_offset)
                 kept.append(mapped_file)
             else:
                 log.info("deleting dirty segment %s past offset %d", mapped_file.path, offset)

@@ -16,6 +16,7 @@ group commit or periodic flush, consume queue flush, reput, clean; the allocator
 
 Threads: flush (``flush.py``), reput (``reput.py``: feeds the index), allocate (``allocate.py``: the next
 commit log segment is made before it is needed), clean (``clean_service.py``: retention and the disk guard).
+Consume queues load when first used, their files mapped within a budget (``consume_queue_store.py``).
 
 Write path: ``put`` assigns the queue's next queue offset, appends one record to the commit log (one memcpy of
 the body into the mapped segment, after reserving disk blocks) and writes the consume queue unit inline, so
@@ -62,9 +63,10 @@ from quasar.storage.allocate import AllocateMappedFileService
 from quasar.storage.checkpoint import StoreCheckpoint, create_abort_file, remove_abort_file
 from quasar.storage.clean_service import CleanResult, DiskUsage, StoreRetention, statvfs_disk_usage
 from quasar.storage.commit_log import CommitLog
-from quasar.storage.config import StoreConfig
+from quasar.storage.config import StoreConfig, consume_queue_file_budget
 from quasar.storage.dispatch import ConsumeQueueDispatcher, ConsumeQueueStore, Dispatcher
 from quasar.storage.errors import StoreClosedError, StoreLockedError
+from quasar.storage.file_cache import MappedFileCache
 from quasar.storage.flush import FlushCallback, FlushDiskType
 from quasar.storage.index_service import IndexService, KeyExtractor
 from quasar.storage.mapped_file import fsync_dir, offset_to_file_name
@@ -135,7 +137,9 @@ class MessageStore(ReplicaFacade):
             append_prop_crc=config.enabled_append_prop_crc,
             allocator=self.allocator,
         )
-        self.consume_queues = ConsumeQueueStore(root / "consumequeue", config.consume_queue_file_size)
+        self.file_cache = MappedFileCache(max(1, config.max_open_consume_queue_files))  # budget set at open
+        cq_root, cq_file_size = root / "consumequeue", config.consume_queue_file_size
+        self.consume_queues = ConsumeQueueStore(cq_root, cq_file_size, self.file_cache)
         self._consume_queue_dispatcher = ConsumeQueueDispatcher(self.consume_queues)
         self.dispatchers: list[Dispatcher] = [self._consume_queue_dispatcher]
         """Derived stores fed inline by every put and by recovery; append more before ``open()`` (the
@@ -233,6 +237,7 @@ class MessageStore(ReplicaFacade):
         fsync_dir(root)
         self.last_exit_ok = last_exit_ok = not (root / "abort").exists()
         self.checkpoint = checkpoint = StoreCheckpoint(root / "checkpoint")
+        self.file_cache.set_owner(consume_queue_file_budget(self.config))  # recovery maps on this thread
         self.commit_log.load()
         self.consume_queues.load()
         if self.config.message_index_enable:
@@ -280,6 +285,7 @@ class MessageStore(ReplicaFacade):
         already started."""
         self._check_open()
         loop = asyncio.get_running_loop()
+        self.file_cache.set_owner()
         self.flusher.start(loop)
         if self.reput is not None and self.async_dispatchers:
             self.reput.start()
@@ -466,15 +472,13 @@ class MessageStore(ReplicaFacade):
         return self._reader.get(topic, queue_id, queue_offset, max_count, max_bytes)
 
     def get_by_offset(self, commit_log_offset: int, size: int) -> StoredMessage:
-        """The record at ``commit_log_offset`` of ``size`` bytes (:meth:`StoreReader.get_by_offset
-        <quasar.storage.read_path.StoreReader.get_by_offset>`)."""
+        """The record at ``commit_log_offset`` of ``size`` bytes (:meth:`~.read_path.StoreReader.get_by_offset`)."""
         return self._reader.get_by_offset(commit_log_offset, size)
 
     def query(
         self, topic: str, key: str, begin_ms: int = 0, end_ms: int = 2**63 - 1, max_num: int = 32
     ) -> list[StoredMessage]:
-        """Messages of ``topic`` indexed under ``key`` stored in ``[begin_ms, end_ms]`` (ms), oldest first
-        (:meth:`StoreReader.query <quasar.storage.read_path.StoreReader.query>`)."""
+        """Messages of ``topic`` under ``key`` stored in [begin_ms, end_ms] (:meth:`~.read_path.StoreReader.query`)."""
         return self._reader.query(topic, key, begin_ms, end_ms, max_num)
 
     def max_queue_offset(self, topic: str, queue_id: int) -> int:
@@ -511,26 +515,22 @@ class MessageStore(ReplicaFacade):
     # -- flushing (StoreFlusher) ------------------------------------------------------------------------------
 
     def flush(self) -> int:
-        """fdatasync the commit log, then every consume queue, then write the checkpoint; returns the flushed
-        commit log offset (bytes). Blocking: call it off the event loop (``loop.run_in_executor``).
-        Raises :class:`StoreClosedError` when not open, OSError when a sync fails.
-        """
+        """fdatasync the commit log, every consume queue, then the checkpoint; returns the flushed commit log
+        offset (bytes). Blocking (off the event loop). Raises :class:`StoreClosedError`, OSError."""
         self._check_open()
         self.flusher.flush_consume_queues(0)
         return self.commit_log.flushed_offset
 
     def flush_consume_queues(self, least_pages: int = 0) -> None:
         """Flush the consume queues; a thorough round (0) also the index, the commit log and the checkpoint
-        (:meth:`StoreFlusher.flush_consume_queues
-        <quasar.storage.store_flushing.StoreFlusher.flush_consume_queues>`). Blocking."""
+        (:meth:`~quasar.storage.store_flushing.StoreFlusher.flush_consume_queues`). Blocking."""
         self.flusher.flush_consume_queues(least_pages)
 
     # -- retention (StoreRetention) ---------------------------------------------------------------------------
 
     def set_queue_min_offset(self, topic: str, queue_id: int, queue_offset: int) -> None:
         """Units of (topic, queue id) below ``queue_offset`` are no longer needed (retention may reclaim them);
-        never moves back (:meth:`StoreRetention.set_queue_min_offset
-        <quasar.storage.clean_service.StoreRetention.set_queue_min_offset>`). Loop thread."""
+        never moves back (:meth:`~quasar.storage.clean_service.StoreRetention.set_queue_min_offset`)."""
         self.retention.set_queue_min_offset(topic, queue_id, queue_offset)
 
     @property

@@ -13,11 +13,12 @@ read through it.
 
 Crash safety, step by step (each step durable before the next):
 1. the queue is detached on the loop thread (a put to it meanwhile raises ``ConsumeQueueDeletingError``);
-2. its files and directory are unlinked (a crash here: recovery finds fewer units than the checkpoint says
-   and rebuilds every queue from the commit log, the deleted one included, with its old offsets: nothing is
-   lost and no offset is reused; only the disk space waits for retention);
+2. a marker file is written in ``consumequeue/`` (``ConsumeQueueStore.mark_deletion``), then the queue's files
+   and directory are unlinked (a crash here: the marker makes recovery count every queue's units, it finds
+   fewer than the checkpoint says and rebuilds every queue from the commit log, the deleted one included, with
+   its old offsets: nothing is lost and no offset is reused; only the disk space waits for retention);
 3. the pre-blank file is written and fsynced, the checkpoint's unit count lowered by the units deleted below
-   it (a crash between 3 and 4: the same rebuild as in 2, harmless);
+   it, then the marker is removed (a crash before that: the count matches, nothing is rebuilt);
 4. the empty queue is attached again on the loop thread.
 A deletion that fails part-way (an OSError) leaves the queue detached and refusing puts, never restarted at
 offset 0: calling :meth:`QueueDeletion.delete_queue` again finishes it.
@@ -120,6 +121,7 @@ class QueueDeletion:
                 old, end, checkpoint, below = ConsumeQueue(root, topic, queue_id, file_size), retry_end, None, 0
                 old.load()
             self._failed[(topic, queue_id)] = end
+            marker = parts.consume_queues.mark_deletion(topic, queue_id)
             old.destroy()
             fresh = ConsumeQueue(root, topic, queue_id, file_size)
             if end > 0:
@@ -128,6 +130,7 @@ class QueueDeletion:
             if checkpoint is not None and below:
                 checkpoint.logics_flushed_units = max(0, checkpoint.logics_flushed_units - below)
                 checkpoint.flush()
+            marker.unlink(missing_ok=True)  # a leftover only makes the next recovery count every queue
             self._run_on_loop(lambda: parts.consume_queues.attach(fresh))
         log.info("consume queue %s/%d deleted; its queue offsets continue at %d", topic, queue_id, end)
         return end

@@ -15,7 +15,12 @@ from quasar.storage.commit_log import CommitLog
 from quasar.storage.config import StoreConfig
 from quasar.storage.consume_queue import UNIT
 from quasar.storage.dispatch import ConsumeQueueStore
-from quasar.storage.errors import CorruptRecordError, OffsetOutOfRangeError, StoreClosedError
+from quasar.storage.errors import (
+    ConsumeQueueUnavailableError,
+    CorruptRecordError,
+    OffsetOutOfRangeError,
+    StoreClosedError,
+)
 from quasar.storage.index_service import IndexService
 from quasar.storage.record import PROPERTY_KEYS, PROPERTY_UNIQ_KEY, decode_properties
 from quasar.storage.results import GetResult, StoredMessage, decode_stored_message, stored_message_of
@@ -64,7 +69,9 @@ class StoreReader:
         """Up to ``max_count`` messages from ``queue_offset`` on, at most ``max_bytes`` of records (the first
         message is always returned whole), bodies as zero-copy memoryviews (RocketMQ ``getMessage``; statuses
         as in :class:`GetStatus`). Raises ValueError for ``max_count < 1``, :class:`CorruptRecordError` when a
-        unit points at something that is not its record.
+        unit points at something that is not its record, :class:`ConsumeQueueUnavailableError` when the
+        queue's file cannot be mapped now (too many open files: transient), :class:`StoreLoadError` when the
+        queue's files, loaded on first use, do not fit the configuration.
         """
         self._check_open()
         if max_count < 1:
@@ -80,7 +87,10 @@ class StoreReader:
         total_bytes = 0
         end = min(max_offset, queue_offset + max_count)  # skipped (damaged) units count against max_count
         while offset < end:
-            units = queue.read_units(offset, end - offset)
+            try:
+                units = queue.read_units(offset, end - offset)  # maps the file again if it was unmapped
+            except OSError as exc:
+                raise ConsumeQueueUnavailableError(f"consume queue {topic}/{queue_id}: {exc}") from exc
             if units is None:
                 if offset == queue_offset:
                     next_offset = queue.next_file_queue_offset(offset)

@@ -1,7 +1,9 @@
 """Recovery at open (RocketMQ ``DefaultMessageStore.recover``, ``CommitLog.recoverNormally`` /
 ``recoverAbnormally``, semantics.md A6; first cut).
 
-1. Consume queues: each finds its end (units while ``offset >= 0 and size > 0``, from the third-last file).
+1. Consume queues: each finds its end (units while ``offset >= 0 and size > 0``, from the third-last file)
+   when it is loaded: at open none is (:mod:`quasar.storage.consume_queue_store`), re-dispatch loads the queues
+   that have records past the start point, the others load when first used.
 2. Commit log: scanned with CRC checks (body CRC and the ``__CRC32#`` record CRC) from a start point to the first
    invalid record; that end is the *process offset*. The start point is the checkpoint's
    ``logics_flushed_offset`` (everything below it is on disk in the commit log and in the consume queues).
@@ -14,8 +16,12 @@
 
 Consume queue files lost or cut *below* the checkpoint are caught two ways, and both re-dispatch from the first
 segment instead: the queues hold fewer units below the checkpoint than ``logics_flushed_units`` says, or
-re-dispatch meets a gap (a queue that would skip queue offsets). With no commit log file at all, every consume
-queue is destroyed.
+re-dispatch meets a gap (a queue that would skip queue offsets). Counting every queue's units opens every queue,
+so it is done only when a queue deletion was interrupted (its marker file is left in ``consumequeue/``, see
+:mod:`quasar.storage.queue_deletion`): consume queue units below the checkpoint were fsynced before it was
+written, so otherwise only files removed by hand could be missing, and of those only a ``consumequeue``
+directory with no queue at all is noticed at open (remove the ``checkpoint`` file to force a rebuild).
+With no commit log file at all, every consume queue is destroyed.
 """
 
 from __future__ import annotations
@@ -87,14 +93,18 @@ def recover(
     )
     consume_queues.truncate_dirty(process_offset)
     commit_log.truncate_dirty_files(process_offset)
+    recorded = below = checkpoint.logics_flushed_units
     if reason == "checkpoint" and start > min_offset:
-        present = sum(queue.count_units_below(start) for queue in consume_queues)
-        if present < checkpoint.logics_flushed_units:
+        if consume_queues.deletion_markers:  # a queue deletion was interrupted: count every queue
+            present = below = consume_queues.count_units_below_all(start)
+        else:  # flushed before the checkpoint: only a missing directory would be short (queues stay unloaded)
+            present = recorded if len(consume_queues) or not recorded else 0
+        if present < recorded:
             log.warning(
                 "consume queues hold %d units below the checkpoint, which recorded %d: rebuilding them from "
                 "the first commit log segment",
                 present,
-                checkpoint.logics_flushed_units,
+                recorded,
             )
             start, reason = min_offset, "consume queues short of the checkpoint"
     last_store_timestamp = 0
@@ -102,6 +112,7 @@ def recover(
         # an empty queue may start past queue offset 0 only if nothing precedes it in the commit log, which
         # only a scan from the first segment can tell
         consume_queue_dispatcher.allow_pre_blank = start == min_offset
+        consume_queue_dispatcher.units_dispatched = 0
         last_store_timestamp = _redispatch(commit_log, dispatchers, start, process_offset)
     except ConsumeQueueGapError as exc:
         log.warning("%s: rebuilding consume queues from the first commit log segment", exc)
@@ -115,7 +126,11 @@ def recover(
         consume_queue_dispatcher.allow_pre_blank = True
     if checkpoint.logics_flushed_offset > process_offset:
         checkpoint.logics_flushed_offset = checkpoint.logics_flushed_units = 0
-    units = sum(queue.max_offset - queue.min_offset for queue in consume_queues)
+    consume_queues.clear_deletion_markers()
+    if reason == "checkpoint":  # units below the checkpoint as recorded, plus the ones re-dispatched after it
+        units = below + consume_queue_dispatcher.units_dispatched
+    else:
+        units = consume_queues.total_units()
     return RecoveryResult(process_offset, units, last_store_timestamp, start, reason)
 
 

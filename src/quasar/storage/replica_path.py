@@ -220,7 +220,7 @@ class StoreReplica:
 
     def resync_writer(self) -> None:
         """Point the writer's dispatch mark at the commit log's end and the units the consume queues hold."""
-        units = sum(queue.max_offset - queue.min_offset for queue in self._consume_queues)
+        units = self._consume_queues.total_units()
         writer = self._writer
         writer.resume(self._commit_log.max_offset, units, writer.last_store_timestamp)
 

@@ -128,7 +128,7 @@ def _truncate(parts: TruncateParts, offset: int) -> None:
     consume_queues.flush(0)
     if checkpoint.logics_flushed_offset > offset:
         checkpoint.logics_flushed_offset = offset
-        checkpoint.logics_flushed_units = sum(queue.count_units_below(offset) for queue in consume_queues)
+        checkpoint.logics_flushed_units = consume_queues.count_units_below_all(offset)
     checkpoint.index_flushed_offset = min(checkpoint.index_flushed_offset, offset)
     checkpoint.flush()
     parts.index_service.truncate(offset)

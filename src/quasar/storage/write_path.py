@@ -33,6 +33,7 @@ from quasar.storage.dispatch import ConsumeQueueDispatcher, ConsumeQueueStore, D
 from quasar.storage.errors import (
     NO_FILE_DESCRIPTOR_ERRNOS,
     OUT_OF_MEMORY_ERRNOS,
+    ConsumeQueueUnavailableError,
     DiskFullError,
     InvalidMessageError,
     StoreClosedError,
@@ -153,7 +154,7 @@ class StoreWriter:
         Loop thread only. Returns PUT_OK with the record's commit log offset and queue offset; MESSAGE_ILLEGAL
         for a bad topic / queue id (0..2^31-1) / body (over ``max_message_size`` bytes or too big for a
         segment) / property; PROPERTIES_SIZE_EXCEEDED past 32767 encoded property bytes;
-        CREATE_MAPPED_FILE_FAILED when a commit log or consume queue file cannot be created or extended,
+        CREATE_MAPPED_FILE_FAILED when a commit log or consume queue file cannot be created, extended or mapped,
         including when the process is out of file descriptors (EMFILE / ENFILE: transient, nothing is
         latched, the next put tries again); SERVICE_NOT_AVAILABLE after an I/O failure or while the disk is
         full (ENOSPC, or the disk guard). Raises :class:`StoreClosedError` when not open and
@@ -169,8 +170,13 @@ class StoreWriter:
             writer = self._queue_writers.get((topic, queue_id))
         except TypeError:  # unhashable topic
             return _ILLEGAL
-        if writer is None and (writer := self._new_writer(topic, queue_id)) is None:
-            return _ILLEGAL
+        if writer is None:
+            try:
+                writer = self._new_writer(topic, queue_id)
+            except ConsumeQueueUnavailableError as exc:  # its files cannot be opened now: transient
+                return self._refuse_failed_io(_os_error_of(exc))
+            if writer is None:
+                return _ILLEGAL
         checked = body if type(body) is bytes else _check_body(body)
         if (
             checked is None
@@ -255,7 +261,10 @@ class StoreWriter:
         if self._state.refusing:
             self._refuse()
             return _batch_result(PutStatus.SERVICE_NOT_AVAILABLE)
-        writer = self._batch_writer(topic, queue_id, bodies, tag_hash, born_timestamp_ms)
+        try:
+            writer = self._batch_writer(topic, queue_id, bodies, tag_hash, born_timestamp_ms)
+        except ConsumeQueueUnavailableError as exc:
+            return _batch_result(self._refuse_failed_io(_os_error_of(exc)).status)
         if writer is None:
             return _batch_result(PutStatus.MESSAGE_ILLEGAL)
         if not _BYTES_TYPES.issuperset(map(type, bodies)):
@@ -456,6 +465,12 @@ class StoreWriter:
         writer = _QueueWriter(encoded, queue, self._commit_log.append_prop_crc)
         self._queue_writers[(topic, queue_id)] = writer
         return writer
+
+
+def _os_error_of(exc: ConsumeQueueUnavailableError) -> OSError:
+    """The OSError behind a consume queue that could not be loaded (its errno decides the refusal)."""
+    cause = exc.__cause__
+    return cause if isinstance(cause, OSError) else OSError(errno.EIO, str(exc))
 
 
 def _check_body(body: object) -> bytes | bytearray | memoryview | None:
