@@ -176,13 +176,21 @@ async def test_unanswered_ping_closes_the_connection():
     cnx = await connect(broker, keep_alive_interval=0.05)
     await asyncio.wait_for(cnx.wait_closed(), 5)
     assert broker.types().count(CommandType.PING) == 1
+    # an answered PING keeps it open: at least two keep-alive rounds pass (bounded: 100 polls of 50 ms); the
+    # interval leaves the fake broker's PONG far more time than it needs on a loaded machine
     answered = await FakeBroker().start()
-    cnx2 = await connect(answered, keep_alive_interval=0.02)
-    await asyncio.sleep(0.2)
-    assert not cnx2.is_closed and answered.types().count(CommandType.PING) >= 2
-    cnx2.close()
-    await broker.close()
-    await answered.close()
+    cnx2 = await connect(answered, keep_alive_interval=0.5)
+    try:
+        for _ in range(100):
+            if answered.types().count(CommandType.PING) >= 2:
+                break
+            await asyncio.sleep(0.05)
+        assert answered.types().count(CommandType.PING) >= 2
+        assert not cnx2.is_closed
+    finally:
+        cnx2.close()
+        await broker.close()
+        await answered.close()
 
 
 async def test_connect_error_on_refused_port():
