@@ -356,7 +356,7 @@ class BrokerApp:
                 admin_metadata,
                 self.broker_info(),
                 resources=service.resources,
-                has_local_data=lambda name: name in factory.names(),
+                has_local_data=factory.exists,
                 partition_count=service.partitions,
                 messages_in_total=service.messages_in_total,
                 report_interval_s=config.load_report_interval_s,

@@ -13,6 +13,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from collections.abc import Iterator
+
+from sortedcontainers import SortedSet
 
 from quasar.errors import QuasarError
 from quasar.ledger.config import ManagedLedgerConfig
@@ -46,7 +49,9 @@ class ManagedLedgerFactory:
         self._allocator = LedgerIdAllocator(metadata)
         self._ledgers: dict[str, ManagedLedger] = {}
         self._opening: dict[str, asyncio.Task[ManagedLedger]] = {}
-        self._names: set[str] = set()  # every managed ledger that exists, loaded at start, kept current
+        self._names: SortedSet[str] = (
+            SortedSet()
+        )  # every managed ledger that exists: loaded at start, kept current
         self._flusher: asyncio.Task[None] | None = None
         self._started = False
         self._closed = False
@@ -91,7 +96,9 @@ class ManagedLedgerFactory:
         return await asyncio.shield(pending)
 
     async def _open(self, name: str) -> ManagedLedger:
-        ledger = await ManagedLedger.open(name, self._store, self._metadata, self._config, self._allocator)
+        ledger = await ManagedLedger.open(
+            name, self._store, self._metadata, self._config, self._allocator, new=name not in self._names
+        )
         if self._closed:  # the factory closed while the ledger was loading
             await ledger.close()
             raise ManagedLedgerAlreadyClosedError("the managed ledger factory is closed")
@@ -118,8 +125,31 @@ class ManagedLedgerFactory:
 
     def names(self) -> list[str]:
         """Names of every managed ledger that exists (stored at ``start``, or opened since), sorted. An
-        in-memory look-up: no metadata access."""
-        return sorted(self._names)
+        in-memory copy, O(number of ledgers): use :meth:`exists`, :meth:`names_with_prefix` or
+        :meth:`count_with_prefix` on request paths."""
+        return list(self._names)
+
+    def exists(self, name: str) -> bool:
+        """Whether managed ledger ``name`` exists (loaded or not); an O(1) in-memory look-up."""
+        return name in self._names
+
+    def names_with_prefix(self, prefix: str) -> Iterator[str]:
+        """The existing managed ledgers whose names start with ``prefix``, sorted (O(log n + matches))."""
+        names: Iterator[str] = self._names.irange(prefix, prefix + "\U0010ffff", inclusive=(True, False))
+        return names
+
+    def count_with_prefix(self, prefix: str) -> int:
+        """How many existing managed ledgers have a name starting with ``prefix`` (O(log n))."""
+        return int(self._names.bisect_left(prefix + "\U0010ffff") - self._names.bisect_left(prefix))
+
+    def is_loaded(self, name: str) -> bool:
+        """Whether managed ledger ``name`` is open in memory (or being opened)."""
+        return name in self._opening or self.get(name) is not None
+
+    @property
+    def loaded_count(self) -> int:
+        """Managed ledgers held in memory (open, not yet closed)."""
+        return sum(1 for ledger in self._ledgers.values() if not ledger.is_closed)
 
     async def close_ledger(self, name: str) -> None:
         """Close managed ledger ``name`` (persisting its cursors) and drop it from the cache."""

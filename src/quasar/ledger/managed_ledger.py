@@ -132,9 +132,14 @@ class ManagedLedger:
         ledger_id_allocator: LedgerIdAllocator,
         *,
         clock_ms: Callable[[], int] | None = None,
+        new: bool = False,
     ) -> ManagedLedger:
         """Open managed ledger ``name`` (also the store topic), creating it when new: read its ledger table
         (written back when new or repaired after a crash) and its durable cursors from ``metadata``.
+
+        ``new=True`` (the factory lists no ledger of that name): nothing is read first; the table is written
+        once with "must not exist yet" and the ledger starts without cursors (one metadata round trip instead
+        of three). Should the table exist after all, it is read and reconciled as without ``new``.
 
         ``ledger_id_allocator`` is shared by every managed ledger of the metadata store; ``clock_ms`` gives
         wall-clock ms (injectable for tests). Raises ``ValueError`` for an empty name, ``MetadataError`` when
@@ -146,9 +151,15 @@ class ManagedLedger:
         clock = clock_ms or _wall_clock_ms
         await ledger_id_allocator.start()  # ids for the first rollover (no metadata access once started)
         table_store = LedgerTableStore(metadata, store, name)
-        recovered = await table_store.recover(ledger_id_allocator.allocate_async, clock())
         cursor_store = CursorStore(metadata, name)
-        snapshots = await cursor_store.load_all()
+        snapshots: Mapping[str, CursorSnapshot] = {}
+        if new:
+            recovered = await table_store.create(ledger_id_allocator.allocate_async, clock())
+            if table_store.existed:  # the table was there after all: so may its cursors be
+                snapshots = await cursor_store.load_all()
+        else:
+            recovered = await table_store.recover(ledger_id_allocator.allocate_async, clock())
+            snapshots = await cursor_store.load_all()
         return cls(
             name,
             store,

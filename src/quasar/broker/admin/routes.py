@@ -182,7 +182,7 @@ async def put_topic(request: web.Request) -> web.Response:
     topic = _topic(request)
     service = _service(request)
     _namespace(request)
-    if topic.full_name in service.factory.names() or service.partitions(topic) > 0:
+    if service.factory.exists(topic.full_name) or service.partitions(topic) > 0:
         raise TopicExistsError(f"Topic {topic.full_name} already exists")
     await service.get_or_create_topic(topic)
     return web.Response(status=204)
