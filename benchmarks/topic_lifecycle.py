@@ -107,8 +107,8 @@ def _first_use(service_url: str, names: list[str], concurrency: int) -> float:
 
 
 def _loaded_topics(admin_url: str) -> int:
-    response = httpx.get(f"{admin_url}/admin/v2/broker-stats/topics-count", timeout=30.0)
-    return int(response.json()["loaded"]) if response.status_code == 200 else -1
+    response = httpx.get(f"{admin_url}/admin/v2/broker-stats/load-report", timeout=30.0)
+    return int(response.json()["numTopics"]) if response.status_code == 200 else -1
 
 
 @click.command()

@@ -27,7 +27,10 @@ async def test_prefix_queries_and_exists_follow_creation_and_deletion(env):
         await env.factory.open(name)
     factory = env.factory
     assert factory.exists("persistent://a/b/x") and not factory.exists("persistent://a/b/none")
-    assert list(factory.names_with_prefix("persistent://a/b/")) == ["persistent://a/b/x", "persistent://a/b/y"]
+    assert list(factory.names_with_prefix("persistent://a/b/")) == [
+        "persistent://a/b/x",
+        "persistent://a/b/y",
+    ]
     assert factory.count_with_prefix("persistent://a/b/") == 2
     assert factory.count_with_prefix("persistent://a/") == 3
     assert factory.count_with_prefix("persistent://zz/") == 0
@@ -55,7 +58,7 @@ async def test_a_ledger_the_factory_did_not_list_keeps_its_stored_table_and_curs
     factory = ManagedLedgerFactory(store, metadata)
     await factory.start()
     name = "persistent://t/n/late"
-    old = await ManagedLedger.open(name, store, metadata, factory.config, factory._allocator)  # noqa: SLF001
+    old = await ManagedLedger.open(name, store, metadata, factory.config, factory._allocator)
     positions = [await old.add_entry(b"m%d" % i) for i in range(3)]
     cursor = await old.open_cursor("sub", "earliest")
     cursor.mark_delete(positions[0])

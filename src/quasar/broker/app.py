@@ -329,6 +329,12 @@ class BrokerApp:
         service.compaction.threshold_bytes = config.broker_service_compaction_threshold_in_bytes
         service.compaction.monitor_interval_s = config.broker_service_compaction_monitor_interval_in_seconds
         service.compaction.start()
+        service.inactive_topics.configure(
+            enabled=config.broker_unload_inactive_topics_enabled,
+            frequency_s=config.broker_unload_inactive_topics_frequency_seconds,
+            max_inactive_s=config.broker_unload_inactive_topics_max_inactive_duration_seconds,
+        )
+        service.inactive_topics.start()
         self._policy_task = asyncio.create_task(self._policy_loop(service), name="broker-policy-checks")
         self.service = service
         log.info("storage opened in %.1f ms", (time.monotonic() - started) * 1000)

@@ -32,6 +32,7 @@ from quasar.broker.errors import (
     ServiceNotReadyError,
     TopicNotFoundError,
 )
+from quasar.broker.inactive_topics import InactiveTopicUnloader
 from quasar.broker.non_persistent import NonPersistentTopic
 from quasar.broker.policies import (
     BACKLOG_QUOTA,
@@ -133,6 +134,10 @@ class BrokerService:
         )
         """Topic compaction (``compaction.service``); the composition root sets its broker.conf threshold and
         starts its monitor."""
+        self.inactive_topics = InactiveTopicUnloader(
+            self.topics, self._loading, lambda: self.factory, self.compaction.running
+        )
+        """Unloads idle topics (``inactive_topics``); the composition root configures and starts it."""
         self.ownership: ClusterOwnership | None = None
         """Set by the composition root of a cluster member (``quasar broker``); None: standalone, this broker
         serves every topic."""
@@ -174,6 +179,7 @@ class BrokerService:
         if self._policy_refresh is not None:
             self._policy_refresh.cancel()
         await self.compaction.close()
+        await self.inactive_topics.close()
         pending = list(self._loading.values())
         for task in pending:
             task.cancel()

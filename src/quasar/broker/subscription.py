@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -93,6 +94,9 @@ class SubscriptionTopic(ConsumerTopic, Protocol):
     def compacted_view(self) -> CompactedView | None:
         """The topic's compacted view (``compaction.view``), None before its first compaction."""
         ...
+
+    last_active: float
+    """``time.monotonic()`` when the topic last lost a producer or consumer (idle-topic unload)."""
 
 
 class Subscription:
@@ -203,6 +207,7 @@ class Subscription:
         if consumer not in self.consumers:
             return
         self.consumers.remove(consumer)
+        self.topic.last_active = time.monotonic()
         dispatcher = self.dispatcher
         if dispatcher is not None:
             dispatcher.remove_consumer(consumer)

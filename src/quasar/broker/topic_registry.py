@@ -42,7 +42,7 @@ class TopicRegistry(dict[str, Any]):
         super().__delitem__(name)
         self._non_persistent.discard(name)
 
-    def pop(self, name: str, *default: Any) -> Any:  # type: ignore[override]
+    def pop(self, name: str, *default: Any) -> Any:
         self._non_persistent.discard(name)
         return super().pop(name, *default)
 

@@ -49,6 +49,7 @@ class ManagedLedgerFactory:
         self._allocator = LedgerIdAllocator(metadata)
         self._ledgers: dict[str, ManagedLedger] = {}
         self._opening: dict[str, asyncio.Task[ManagedLedger]] = {}
+        self._closing: dict[str, asyncio.Task[None]] = {}  # close_ledger in progress: open/delete wait for it
         self._names: SortedSet[str] = (
             SortedSet()
         )  # every managed ledger that exists: loaded at start, kept current
@@ -96,6 +97,9 @@ class ManagedLedgerFactory:
         return await asyncio.shield(pending)
 
     async def _open(self, name: str) -> ManagedLedger:
+        closing = self._closing.get(name)
+        if closing is not None:  # its cursors and table are being written: read them once they are
+            await asyncio.wait([closing])
         ledger = await ManagedLedger.open(
             name, self._store, self._metadata, self._config, self._allocator, new=name not in self._names
         )
@@ -142,20 +146,27 @@ class ManagedLedgerFactory:
         """How many existing managed ledgers have a name starting with ``prefix`` (O(log n))."""
         return int(self._names.bisect_left(prefix + "\U0010ffff") - self._names.bisect_left(prefix))
 
-    def is_loaded(self, name: str) -> bool:
-        """Whether managed ledger ``name`` is open in memory (or being opened)."""
-        return name in self._opening or self.get(name) is not None
-
-    @property
-    def loaded_count(self) -> int:
-        """Managed ledgers held in memory (open, not yet closed)."""
-        return sum(1 for ledger in self._ledgers.values() if not ledger.is_closed)
-
     async def close_ledger(self, name: str) -> None:
-        """Close managed ledger ``name`` (persisting its cursors) and drop it from the cache."""
+        """Close managed ledger ``name`` (in-flight adds finish, its cursors and table are persisted) and drop
+        it from memory; it stays listed and :meth:`open` loads it again. An :meth:`open` or :meth:`delete` of
+        the name meanwhile waits for the close (so it reads what the close wrote). The close goes on when the
+        caller is cancelled. Raises the ledger's ``ManagedLedgerError`` when the final writes fail."""
         ledger = self._ledgers.pop(name, None)
-        if ledger is not None:
-            await ledger.close()
+        if ledger is None:
+            pending = self._closing.get(name)
+            if pending is not None:
+                await asyncio.shield(pending)
+            return
+        task = asyncio.get_running_loop().create_task(ledger.close(), name=f"close-ledger {name}")
+        self._closing[name] = task
+        task.add_done_callback(functools.partial(self._closed_ledger, name))
+        await asyncio.shield(task)
+
+    def _closed_ledger(self, name: str, task: asyncio.Task[None]) -> None:
+        if self._closing.get(name) is task:
+            del self._closing[name]
+        if not task.cancelled():
+            task.exception()  # retrieved here: the caller that waits re-raises it
 
     async def delete(self, name: str) -> bool:
         """Delete managed ledger ``name`` for good (Pulsar ``ManagedLedgerImpl.delete``): close it when open,
@@ -167,9 +178,9 @@ class ManagedLedgerFactory:
         delete the entries: the metadata is gone already, so the ledger no longer exists; calling again
         finishes the store's part), ``ManagedLedgerAlreadyClosedError`` once the factory is closed."""
         self._check_usable()
-        pending = self._opening.get(name)
-        if pending is not None:
-            await asyncio.wait([pending])
+        for pending in (self._opening.get(name), self._closing.get(name)):
+            if pending is not None:
+                await asyncio.wait([pending])
         ledger = self._ledgers.pop(name, None)
         existed = ledger is not None or name in self._names
         if ledger is not None and not ledger.is_closed:
@@ -227,6 +238,8 @@ class ManagedLedgerFactory:
             self._flusher = None
         if self._opening:
             await asyncio.wait(list(self._opening.values()))
+        if self._closing:
+            await asyncio.wait(list(self._closing.values()))
         await self._allocator.close()
         first_error: ManagedLedgerError | None = None
         for name in list(self._ledgers):

@@ -484,6 +484,12 @@ class ManagedLedger:
         if errors:
             raise errors[0]
 
+    @property
+    def has_pending_work(self) -> bool:
+        """An add awaits its flush (or replication), or a ledger-table write is in flight: closing now would
+        have to wait for it (the broker does not unload such a ledger as idle)."""
+        return self._writer.busy
+
     async def wait_idle(self) -> None:
         """Wait until every add and ledger-row write in flight has finished (tests, orderly shutdown)."""
         await self._writer.wait_idle()

@@ -16,6 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from quasar.broker.admin import (
+    broker_stats_routes,
     cluster_routes,
     compaction_routes,
     permission_routes,
@@ -435,6 +436,7 @@ def build_admin_app(service: BrokerService, *, max_request_size: int = 10 * 1024
     schema_routes.register(app)  # /admin/v2/schemas/... and the namespace schema policies (Pulsar schemas)
     query_routes.register(app)  # GET .../{topic}/messages?key=K&from=MS&to=MS (RocketMQ queryMessage)
     tenant_routes.register(app)  # GET/POST/DELETE tenants/{t}, GET/DELETE namespaces/{t}/{ns}[/topics]
+    broker_stats_routes.register(app)  # GET /admin/v2/broker-stats/load-report (loaded topics, idle unloads)
     subscription_routes.register(app)  # create/skip/expire/resetcursor/peek subscriptions, unload, stats
     topic = "/admin/v2/{domain}/{tenant}/{namespace}/{topic}"
     app.add_routes(
