@@ -13,11 +13,13 @@ Rows printed (one sitting, one ``quasar standalone`` on free ports in a temporar
 |                              | by the topic count (topic + managed ledger objects; no subscription)           |
 | RSS after idle unload        | with ``--unload-after S`` > 0 the broker unloads idle topics after S s         |
 |                              | (``broker_unload_inactive_topics_*``): the RSS once every topic was unloaded   |
-| restart ready / RSS          | SIGTERM, start again on the same directory: seconds to the readiness line and  |
-|                              | the RSS then (no topic loaded)                                                 |
+| restart ready / RSS          | SIGTERM, then start again on the same directory: seconds from the start to the |
+|                              | readiness line (interpreter start and imports included) and the RSS then       |
 
-With ``--profile FILE`` the REST creation phase is recorded with ``py-spy record -F -f raw`` (summarize it with
-``benchmarks/pyspy_summary.py FILE``). Numbers are for comparison only, never asserted by tests.
+With ``--profile FILE`` the REST and first-use phases are recorded with ``py-spy record -F -f raw`` into
+``FILE.rest`` and ``FILE.first-use`` (summarize them with ``benchmarks/pyspy_summary.py``). "broker CPU" is the
+broker process's user + system time (all threads) per topic, the figure to compare on a busy machine. Numbers
+are for comparison only, never asserted by tests.
 
 Usage: ``python benchmarks/topic_lifecycle.py [--topics 5000] [--first-use 1000] [--unload-after 5]``
 """
@@ -106,6 +108,27 @@ def _first_use(service_url: str, names: list[str], concurrency: int) -> float:
     return elapsed
 
 
+def _start_profile(profile: Path | None, phase: str, pid: int) -> subprocess.Popen[bytes] | None:
+    """py-spy recording ``pid`` into ``<profile>.<phase>``, or None without ``--profile``."""
+    if profile is None:
+        return None
+    py_spy = str(Path(sys.executable).with_name("py-spy"))
+    out = f"{profile}.{phase}"
+    spy = subprocess.Popen(
+        [py_spy, "record", "-F", "-f", "raw", "-r", "200", "-o", out, "-p", str(pid)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    time.sleep(1.0)
+    return spy
+
+
+def _stop_profile(spy: subprocess.Popen[bytes] | None) -> None:
+    if spy is not None:
+        spy.send_signal(signal.SIGINT)  # py-spy writes its output on Ctrl-C
+        spy.wait(timeout=30)
+
+
 def _loaded_topics(admin_url: str) -> int:
     response = httpx.get(f"{admin_url}/admin/v2/broker-stats/load-report", timeout=30.0)
     return int(response.json()["numTopics"]) if response.status_code == 200 else -1
@@ -137,22 +160,12 @@ def main(topics: int, first_use: int, concurrency: int, unload_after: float, pro
         assert broker.pid is not None and broker.admin_url is not None and broker.service_url is not None
         time.sleep(1.0)
         rss_before = _rss_kib(broker.pid)
-        spy = None
-        if profile is not None:
-            py_spy = str(Path(sys.executable).with_name("py-spy"))
-            spy = subprocess.Popen(
-                [py_spy, "record", "-F", "-f", "raw", "-r", "200", "-o", str(profile), "-p", str(broker.pid)],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            time.sleep(1.0)
+        spy = _start_profile(profile, "rest", broker.pid)
         names = [f"lc-{i}" for i in range(topics)]
         cpu = _cpu_s(broker.pid)
         rest_s = asyncio.run(_rest_create(broker.admin_url, names, concurrency))
         rest_cpu = _cpu_s(broker.pid) - cpu
-        if spy is not None:
-            spy.send_signal(signal.SIGINT)  # py-spy writes its output on Ctrl-C
-            spy.wait(timeout=30)
+        _stop_profile(spy)
         rss_loaded = _rss_kib(broker.pid)
         click.echo(
             f"REST create          {topics} topics in {rest_s:.2f} s: {topics / rest_s:,.0f} topics/s,"
@@ -161,9 +174,11 @@ def main(topics: int, first_use: int, concurrency: int, unload_after: float, pro
         click.echo(f"RSS per loaded topic {(rss_loaded - rss_before) / max(topics, 1):.1f} KiB")
         if first_use:
             used = [f"fu-{i}" for i in range(first_use)]
+            spy = _start_profile(profile, "first-use", broker.pid)
             cpu = _cpu_s(broker.pid)
             fu_s = _first_use(broker.service_url, used, concurrency)
             fu_cpu = _cpu_s(broker.pid) - cpu
+            _stop_profile(spy)
             click.echo(
                 f"first use            {first_use} topics in {fu_s:.2f} s: {first_use / fu_s:,.0f} topics/s,"
                 f" broker CPU {fu_cpu * 1e6 / first_use:,.0f} us/topic"
@@ -176,8 +191,9 @@ def main(topics: int, first_use: int, concurrency: int, unload_after: float, pro
                 f"RSS after idle unload {_rss_kib(broker.pid) / 1024:.0f} MiB (was {rss_loaded / 1024:.0f} MiB"
                 f" loaded), loaded topics now {_loaded_topics(broker.admin_url)}"
             )
+        broker.stop()
         started = time.perf_counter()
-        broker.restart()
+        broker.start()  # same directory; the time includes the interpreter start and imports
         assert broker.pid is not None
         ready_s = time.perf_counter() - started
         click.echo(
