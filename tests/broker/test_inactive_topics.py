@@ -195,7 +195,7 @@ async def test_non_persistent_and_busy_slots_are_left_alone(broker: Broker):
     assert list(broker.service.topics) == ["non-persistent://public/default/np"]
 
 
-async def test_the_timer_task_unloads_and_close_cancels_it(broker: Broker):
+async def test_the_timer_task_unloads_and_close_cancels_it_until_started_again(broker: Broker):
     broker.unloader.clock = time.monotonic
     broker.unloader.configure(enabled=True, frequency_s=0.02, max_inactive_s=0.05)
     broker.unloader.start()
@@ -209,6 +209,13 @@ async def test_the_timer_task_unloads_and_close_cancels_it(broker: Broker):
     assert task is not None and not task.done()
     await broker.unloader.close()
     assert task.cancelled() and broker.unloader._task is None
+    broker.unloader.start()  # started again (a replicated broker promoted after a step-down)
+    await broker.topic()
+    for _ in range(200):
+        if NAME.full_name not in broker.service.topics:
+            break
+        await asyncio.sleep(0.02)
+    assert NAME.full_name not in broker.service.topics
 
 
 async def test_disabled_never_starts_and_bad_settings_are_refused(broker: Broker):

@@ -399,6 +399,7 @@ class BrokerApp:
             assert self.service is not None and self.factory is not None
             self.service.read_only = None
             await self.factory.start()
+            self.service.inactive_topics.start()  # stopped by a step-down (serve_as_slave)
             if self.member is not None:
                 await self.member.membership.set_role("master", epoch)
                 for callback in self.member.on_topics_changed:
@@ -417,6 +418,7 @@ class BrokerApp:
                 " until one is back; its slave serves reads"
             )
             await self.factory.start()
+            self.service.inactive_topics.start()
             if self.member is not None:
                 try:
                     await self.member.membership.set_role("slave", epoch, slave_read=True)

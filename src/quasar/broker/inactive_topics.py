@@ -88,7 +88,6 @@ class InactiveTopicUnloader:
         """Topics unloaded as idle since the broker started (``GET /admin/v2/broker-stats/load-report``)."""
         self._task: asyncio.Task[None] | None = None
         self._unloads: set[asyncio.Task[None]] = set()
-        self._closed = False
 
     def configure(self, *, enabled: bool, frequency_s: float, max_inactive_s: float) -> None:
         """Apply the ``broker_unload_inactive_topics_*`` settings; ``ValueError`` when a duration is not
@@ -144,8 +143,9 @@ class InactiveTopicUnloader:
             log.warning("%s: closing the inactive topic failed: %s", name, exc)
 
     def start(self) -> None:
-        """Start the owned timer task when enabled (idempotent)."""
-        if self.enabled and self._task is None and not self._closed:
+        """Start the owned timer task when enabled (idempotent; again after :meth:`close`, as when a replicated
+        broker is promoted once more)."""
+        if self.enabled and self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="inactive-topic-unloader")
 
     async def _run(self) -> None:
@@ -163,7 +163,6 @@ class InactiveTopicUnloader:
 
     async def close(self) -> None:
         """Cancel the timer task and let the closes in progress finish. Idempotent."""
-        self._closed = True
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
