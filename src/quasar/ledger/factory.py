@@ -204,11 +204,15 @@ class ManagedLedgerFactory:
 
     async def flush_and_trim(self) -> None:
         """One background round: take each ledger's trim bound, persist the cursors, then trim ledgers below
-        the bound that retention no longer keeps (so persisted cursors never point into deleted ledgers)."""
+        the bound that retention no longer keeps (so persisted cursors never point into deleted ledgers).
+        Ledgers with no changed cursor and a single ledger (nothing to trim) cost an attribute check each: no
+        coroutine or task per loaded ledger and round."""
         ledgers = [ledger for ledger in self._ledgers.values() if not ledger.is_closed]
-        bounds = [ledger.trim_bound() for ledger in ledgers]
-        await asyncio.gather(*(ledger.flush_cursors() for ledger in ledgers))
-        for ledger, bound in zip(ledgers, bounds, strict=True):
+        trimmable = [(ledger, ledger.trim_bound()) for ledger in ledgers if ledger.may_trim]
+        dirty = [ledger.flush_cursors() for ledger in ledgers if ledger.has_dirty_cursors]
+        if dirty:
+            await asyncio.gather(*dirty)
+        for ledger, bound in trimmable:
             if ledger.is_closed:
                 continue
             try:

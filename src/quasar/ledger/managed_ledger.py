@@ -422,6 +422,17 @@ class ManagedLedger:
         """Persist every durable cursor whose state changed. Errors are logged; the cursor stays dirty."""
         await self._cursors.flush_all()
 
+    @property
+    def has_dirty_cursors(self) -> bool:
+        """Some durable cursor has state :meth:`flush_cursors` would persist."""
+        return self._cursors.any_dirty
+
+    @property
+    def may_trim(self) -> bool:
+        """Open with more than one ledger: :meth:`trim_ledgers` may have something to delete (the current
+        ledger never goes)."""
+        return self._state is _State.OPEN and len(self._table) > 1
+
     def _check_not_closed(self) -> None:
         if self._state is _State.CLOSED:
             raise ManagedLedgerAlreadyClosedError(f"managed ledger {self._name} is closed")
