@@ -182,8 +182,7 @@ async def test_a_request_during_the_close_loads_what_the_close_persisted(broker:
     assert again.subscriptions["sub"].cursor.mark_delete_position == positions[1]
 
 
-async def test_non_persistent_and_busy_slots_are_left_alone(broker: Broker):
-    await broker.service.get_or_create_topic(TopicName.parse("non-persistent://public/default/np"))
+async def test_a_topic_whose_load_slot_is_taken_is_left_alone(broker: Broker):
     topic = await broker.topic()
     broker.clock.now = topic.last_active + MAX_INACTIVE
     slot = asyncio.get_running_loop().create_future()
@@ -192,7 +191,25 @@ async def test_non_persistent_and_busy_slots_are_left_alone(broker: Broker):
     del broker.service._loading[NAME.full_name]
     slot.cancel()
     assert broker.unloader.unload_idle() == [NAME.full_name]
-    assert list(broker.service.topics) == ["non-persistent://public/default/np"]
+
+
+async def test_a_non_persistent_topic_without_producer_or_subscription_is_dropped(broker: Broker):
+    service = broker.service
+    names = [TopicName.parse(f"non-persistent://public/default/np-{i}") for i in range(3)]
+    kept_sub, kept_producer, dropped = [await service.get_or_create_topic(name) for name in names]
+    await kept_sub.get_or_create_subscription("s", durable=False, initial_position=InitialPosition.Latest)
+    kept_producer.producers["p"] = object()  # type: ignore[assignment]
+    broker.clock.now = dropped.last_active + MAX_INACTIVE - 1
+    assert broker.unloader.unload_idle() == []
+    broker.clock.now = dropped.last_active + MAX_INACTIVE
+    assert broker.unloader.unload_idle() == [names[2].full_name]
+    assert set(service.topics) == {names[0].full_name, names[1].full_name}
+    assert service.count_topics("public/default") == 2  # the registry's non-persistent index followed
+    await kept_sub.delete_subscription("s")  # losing it restarts the idle time
+    broker.clock.now = time.monotonic() + MAX_INACTIVE / 2
+    assert broker.unloader.unload_idle() == []
+    again = await service.get_or_create_topic(names[2])  # the next use creates it afresh
+    assert again is not dropped and names[2].full_name in service.topics
 
 
 async def test_the_timer_task_unloads_and_close_cancels_it_until_started_again(broker: Broker):

@@ -117,21 +117,26 @@ def test_an_idle_topic_is_unloaded_and_comes_back_with_cursor_backlog_and_dedup_
 
 
 def test_a_topic_with_a_connected_consumer_or_producer_is_never_unloaded(broker):
+    """Also a non-persistent one; once its producer is gone, nothing holds it and it is dropped."""
     with_consumer, with_producer, idle = topic_name("busy-c"), topic_name("busy-p"), topic_name("idle-ref")
+    non_persistent = topic_name("busy-np", domain="non-persistent")
     client = new_client(broker)
     try:
         consumer = client.subscribe(with_consumer, "sub")
         producer = client.create_producer(with_producer)
+        np_producer = client.create_producer(non_persistent)
         local = idle.split("://", 1)[1]
         assert admin(broker, "PUT", f"/admin/v2/persistent/{local}")[0] == 204  # loaded after the busy ones
         wait_unloaded(broker, idle)  # so the busy ones were idle-aged at least as long, and are kept
         loaded = loaded_topics(broker)
-        assert with_consumer in loaded and with_producer in loaded
+        assert with_consumer in loaded and with_producer in loaded and non_persistent in loaded
         producer.send(b"still served")
         consumer.close()
         producer.close()
+        np_producer.close()
         wait_unloaded(broker, with_consumer)
         wait_unloaded(broker, with_producer)
+        wait_unloaded(broker, non_persistent)  # nothing held it: dropped, as Pulsar's GC deletes it
     finally:
         client.close()
 

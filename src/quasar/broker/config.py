@@ -103,7 +103,8 @@ class BrokerConfig:
       ``..._max_inactive_duration_seconds`` (300): a persistent topic with no producer, no consumer and no
       pending work for that long is unloaded from memory, keeping its data, cursors and deduplication state,
       and loaded again on next use (Pulsar's ``brokerDeleteInactiveTopics*`` settings, which DELETE such
-      topics; ``quasar.broker.inactive_topics``).
+      topics); a non-persistent topic with no producer and no subscription that long is dropped, as in
+      Pulsar (``quasar.broker.inactive_topics``).
     - ``max_producers_per_topic`` / ``max_consumers_per_topic`` / ``max_consumers_per_subscription``
       (10,000 each; Pulsar 0 = unlimited, which 0 still means): ProducerBusy "Topic reached max producers
       limit" / ConsumerBusy "Topic reached max consumers limit" / "Subscription reached max consumers limit".

@@ -24,10 +24,13 @@ A loaded persistent topic is unloaded when, at a check, all of these hold:
   (``ManagedLedger.has_pending_work``), no compaction running, no load, unload or deletion of the name in
   progress (the broker's load slot).
 
+Non-persistent topics hold nothing but their producers and subscriptions: one with neither for
+``max_inactive_duration`` is dropped, as Pulsar's GC deletes it (the next use creates it afresh; a
+non-persistent subscription goes with its last consumer already).
+
 Only loaded topics are looked at, by one owned timer task (cancelled by :meth:`InactiveTopicUnloader.close`);
-a topic that is not loaded costs nothing on any timer. Non-persistent topics are never unloaded (their
-subscriptions live in memory only). Unloading does not give up ownership in a cluster: the topic's data is
-local to its broker group.
+a topic that is not loaded costs nothing on any timer. Unloading does not give up ownership in a cluster: the
+topic's data is local to its broker group.
 """
 
 from __future__ import annotations
@@ -39,10 +42,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from quasar.broker.compaction.view import compacted_ledger_name
+from quasar.broker.non_persistent import NonPersistentTopic
 from quasar.broker.topic import PersistentTopic
 from quasar.errors import QuasarError
 
-__all__ = ["InactiveTopicUnloader", "is_idle"]
+__all__ = ["InactiveTopicUnloader", "is_idle", "non_persistent_is_idle"]
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +59,12 @@ def is_idle(topic: PersistentTopic, now: float, max_inactive_s: float) -> bool:
     if any(subscription.consumers for subscription in topic.subscriptions.values()):
         return False
     return now - topic.last_active >= max_inactive_s
+
+
+def non_persistent_is_idle(topic: NonPersistentTopic, now: float, max_inactive_s: float) -> bool:
+    """Whether non-persistent ``topic`` may be dropped at ``now``: no producer, no subscription, and idle for
+    ``max_inactive_s`` since ``topic.last_active``."""
+    return not topic.producers and not topic.subscriptions and now - topic.last_active >= max_inactive_s
 
 
 class InactiveTopicUnloader:
@@ -112,11 +122,23 @@ class InactiveTopicUnloader:
             and not self._compacting(topic.name)
         ]
 
+    def idle_non_persistent(self) -> list[str]:
+        """The names of the loaded non-persistent topics that may be dropped now (:func:`non_persistent_is_idle`)."""
+        now = self.clock()
+        return [
+            name
+            for name, topic in self._topics.items()
+            if isinstance(topic, NonPersistentTopic)
+            and non_persistent_is_idle(topic, now, self.max_inactive_s)
+        ]
+
     def unload_idle(self) -> list[str]:
         """One check: drop every idle topic from the registry at once and start closing its ledger (owned
-        tasks; a request for the topic meanwhile loads it again once the close has written its state). Returns
-        the names unloaded."""
-        names = []
+        tasks; a request for the topic meanwhile loads it again once the close has written its state); drop
+        the idle non-persistent topics. Returns the names unloaded."""
+        names = self.idle_non_persistent()
+        for name in names:
+            del self._topics[name]
         for topic in self.idle_topics():
             name = topic.name.full_name
             del self._topics[name]

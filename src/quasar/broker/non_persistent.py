@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING
 
 from quasar.broker.access_modes import ProducerAccess
@@ -196,6 +197,9 @@ class NonPersistentTopic:
         self.dedup = DisabledDeduplication()
         self._options = subscription_options or SubscriptionOptions()
         self.msg_in_counter = 0
+        self.last_active = time.monotonic()
+        """When (``time.monotonic()`` s) it was created or last lost a producer or subscription: the
+        inactive-topic check (``inactive_topics``) drops it once idle that long with neither."""
 
     def add_producer(self, producer: Producer) -> bool:
         """Register ``producer`` under its access mode; False when it waits for exclusive access."""
@@ -203,6 +207,7 @@ class NonPersistentTopic:
 
     def remove_producer(self, producer: Producer) -> None:
         self.access.remove(producer)
+        self.last_active = time.monotonic()
 
     def publish(self, data: memoryview, callback: PublishCallback) -> None:
         """Fan ``data`` out to every subscription now (or drop it there); ``callback`` gets (0, 0) on the next
@@ -228,10 +233,12 @@ class NonPersistentTopic:
 
     async def delete_subscription(self, name: str) -> None:
         self.subscriptions.pop(name, None)
+        self.last_active = time.monotonic()
 
     def remove_non_durable_if_idle(self, subscription: NonPersistentSubscription) -> None:
         if not subscription.consumers and self.subscriptions.get(subscription.name) is subscription:
             del self.subscriptions[subscription.name]
+            self.last_active = time.monotonic()
 
     def close(self) -> None:
         """Topic unload or broker shutdown: nothing to cancel (delivery happens at publish time, no timer is
