@@ -68,13 +68,13 @@ def non_persistent_is_idle(topic: NonPersistentTopic, now: float, max_inactive_s
 
 
 class InactiveTopicUnloader:
-    """Unloads the broker's idle persistent topics (module docstring).
+    """Unloads the broker's idle persistent topics and drops its idle non-persistent ones (module docstring).
 
     ``topics``: the broker's loaded topics by full name (``BrokerService.topics``, changed in place);
     ``loading``: the broker's pending load, unload and deletion tasks by name (a name there is left alone);
     ``factory()``: the managed-ledger factory now (``close_ledger``); ``compacting(name)`` tells whether a
-    compaction of the topic runs. ``clock`` gives ``time.monotonic()`` seconds (replaceable in tests). Set ``enabled``,
-    ``frequency_s`` and ``max_inactive_s`` before :meth:`start`; ``ValueError`` for a non-positive duration.
+    compaction of the topic runs. ``clock`` gives ``time.monotonic()`` seconds (replaceable in tests).
+    :meth:`configure` sets ``enabled``, ``frequency_s`` and ``max_inactive_s`` before :meth:`start`.
     """
 
     def __init__(
@@ -123,7 +123,7 @@ class InactiveTopicUnloader:
         ]
 
     def idle_non_persistent(self) -> list[str]:
-        """The names of the loaded non-persistent topics that may be dropped now (:func:`non_persistent_is_idle`)."""
+        """Names of the loaded non-persistent topics that may be dropped now (:func:`non_persistent_is_idle`)."""
         now = self.clock()
         return [
             name
