@@ -31,13 +31,15 @@ run: $(VENV)/.installed-run $(VENV)/.built-ext
 	$(BIN)/quasar standalone --data-dir ./data
 
 ## make test: install with the dev extras (and a headless JRE for Spark when java 17+ is missing, Debian's
-## fuse3 for the power-loss test and Debian's etcd-server for the etcd metadata backend and the cluster tests),
+## fuse3 for the power-loss test, Debian's etcd-server for the etcd metadata backend and the cluster tests, and
+## Debian's chromium + chromium-driver for the dashboard's browser tests),
 ## then ruff, the import-linter contracts, mypy (configured in pyproject.toml), the file-size check, and pytest
 ## twice: with the compiled hot paths, then with their pure-Python twins (QUASAR_PURE_PYTHON=1)
 test: $(VENV)/.installed-dev $(VENV)/.built-ext
 	bash scripts/ensure_java.sh
 	bash scripts/ensure_fuse.sh
 	bash scripts/ensure_etcd.sh
+	bash scripts/ensure_chromium.sh
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 	$(BIN)/mypy

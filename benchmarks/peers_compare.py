@@ -1,4 +1,4 @@
-"""Quasar beside its peers in one sitting: ``../shared/bench/peers.py`` run for Quasar with the official client and
+"""Quasar beside its peers in one sitting: ``benchmarks/peers.py`` run for Quasar with the official client and
 with our own client, then for Redis Streams and RabbitMQ Streams (and optionally Redis ``everysec``, RabbitMQ
 classic queues, NATS), all into one results file; then one table of the figures and the ratios Quasar / peer.
 
@@ -65,7 +65,7 @@ from peers_table import QUASAR, load_sitting, table
 from quasar.testing.broker_process import BrokerProcess, BrokerProcessError
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_PEERS_PY = ROOT.parent / "shared" / "bench" / "peers.py"
+DEFAULT_PEERS_PY = ROOT / "benchmarks" / "peers.py"
 DEFAULT_BENCH_VENV = Path(
     os.environ.get("BENCH_VENV")
     or Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "quasar-bench" / "venv"

@@ -1,5 +1,5 @@
 """The table of ``peers_compare.py``: read one sitting from its results file (JSON lines written by
-``../shared/bench/peers.py``) and print, per workload, each system's median over reps (± half the min-max
+``benchmarks/peers.py``) and print, per workload, each system's median over reps (± half the min-max
 spread) and the ratio Quasar / peer. Used by ``peers_compare.py`` after a sitting and by its ``--report``.
 """
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install what benchmarks/peers_compare.py needs on a fresh Debian (bookworm) machine, as root:
 #   - the peer servers from Debian (redis-server, rabbitmq-server with Erlang, nats-server) and the tools
-#     ../shared/bench/peers.py uses for its `limits` and verification runs (fio, iperf3, strace);
+#     benchmarks/peers.py uses for its `limits` and verification runs (fio, iperf3, strace);
 #   - a separate venv for the peers' Python clients and pulsar-client ($BENCH_VENV, default below);
 #   - hdrhistogram in the project's .venv, for Quasar's own client under peers.py's `lat` workload
 #     (peers.py runs Quasar's client with the project's interpreter).

@@ -11,6 +11,7 @@ import pytest
 
 from quasar.broker.dedup import DisabledDeduplication
 from quasar.broker.producer import Producer, PublishCallback
+from quasar.broker.topic_stats import TopicCounters
 from quasar.ledger import ManagedLedgerFlushTimeoutError
 from quasar.ledger.position import Position
 from quasar.protocol import TopicName
@@ -58,6 +59,7 @@ class FakeTopic:
         self.name = TopicName.parse("persistent://public/default/t")
         self.dedup = DisabledDeduplication()
         self.callbacks: list[PublishCallback] = []
+        self.counters = TopicCounters()
 
     def publish(self, data: memoryview, callback: PublishCallback) -> None:
         self.callbacks.append(callback)
@@ -99,3 +101,20 @@ def test_other_flush_failures_still_answer_send_error() -> None:
     assert [kind for kind, *_ in cnx.sent] == ["SEND_RECEIPT", "SEND_ERROR", "SEND_RECEIPT"]
     assert cnx.sent[1][2] is ServerError.PersistenceError
     assert not producer.closed
+
+
+def test_publishing_counts_messages_bytes_and_latencies_per_entry() -> None:
+    """The topic's counters take each SEND's messages and bytes; every stored entry adds one storage write
+    latency and every receipt one publish latency; a failed entry adds neither."""
+    producer, _cnx, topic = producer_with_three_sends()
+    producer.publish(3, 3, 5, memoryview(b"batch-of-five"))  # one entry holding five messages
+    counters = topic.counters
+    assert (counters.msg_in, counters.bytes_in) == (3 + 5, 3 * len(b"entry") + len(b"batch-of-five"))
+    assert counters.storage_write_latency.count == 0 and counters.publish_latency.count == 0
+    topic.callbacks[0](Position(1, 0), None)
+    topic.callbacks[1](Position(1, 1), None)
+    topic.callbacks[2](None, ManagedLedgerFlushTimeoutError("timed out", status="FLUSH_DISK_TIMEOUT"))
+    topic.callbacks[3](Position(1, 2), None)
+    assert counters.storage_write_latency.count == 3
+    assert counters.publish_latency.count == 3  # receipts; the failed entry got SEND_ERROR
+    assert sum(counters.publish_latency.counts) == 3 and counters.publish_latency.sum_ms >= 0

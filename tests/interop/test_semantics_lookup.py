@@ -28,3 +28,21 @@ def test_a_topic_in_a_missing_namespace_fails_at_once_with_topic_not_found(broke
         assert time.monotonic() - started < 10
     finally:
         client.close()
+
+
+def test_listener_names_on_a_broker_without_advertised_listeners(broker):
+    """Pulsar gives a broker without ``advertisedListeners`` one listener named ``internal``
+    (``internalListenerName``): a client naming it gets in; any other name is refused (LOOKUP fails until the
+    client's operation timeout, as against Pulsar)."""
+    internal = pulsar.Client(broker.service_url, listener_name="internal", operation_timeout_seconds=5)
+    try:
+        producer = internal.create_producer("persistent://public/default/listeners")
+        producer.send(b"through the internal listener")
+    finally:
+        internal.close()
+    unknown = pulsar.Client(broker.service_url, listener_name="nope", operation_timeout_seconds=3)
+    try:
+        with pytest.raises(pulsar.PulsarException):
+            unknown.create_producer("persistent://public/default/listeners")
+    finally:
+        unknown.close()

@@ -75,6 +75,21 @@ async def test_no_cursor_means_consumed_and_a_store_refusing_the_trim_is_an_erro
         await ledger.trim_ledgers()
 
 
+async def test_a_reader_holds_no_ledger_only_retention_keeps_them(env):
+    # Pulsar: a non-durable cursor (a Reader) is not in the slowest-reader computation, so a topic read only by
+    # Readers keeps its closed ledgers exactly as long as the retention policy says (docs/retention.md)
+    ledger = await env.factory.open(TOPIC)
+    ledger.set_retention(-1, -1)  # keep everything while the ledgers fill
+    reader = ledger.new_non_durable_cursor(None)  # after the last confirmed entry: reads what comes next
+    positions = await fill(ledger, 8)  # [0..2] [3..5] [6..7] (current); the reader has read nothing
+    assert ledger.trim_bound() == ledger.confirmed_end_offset  # no durable cursor: everything is "consumed"
+    ledger.set_retention(60 * 60 * 1000, -1)  # an hour: the closed ledgers stay although nobody acknowledged
+    assert await ledger.trim_ledgers() == []
+    ledger.set_retention(0, 0)  # Pulsar's default retention: the closed ledgers go, unread by the reader
+    assert await ledger.trim_ledgers() == [positions[0].ledger_id, positions[3].ledger_id]
+    assert [e.position for e in reader.read_entries(10)] == positions[6:]  # it skips forward past the gap
+
+
 async def test_trim_is_a_compare_and_set_write_of_the_table(env):
     ledger = await env.factory.open(TOPIC)
     await fill(ledger, 7)

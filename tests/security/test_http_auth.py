@@ -206,3 +206,27 @@ def test_quasar_admin_sends_its_auth_token(strict: Secured) -> None:
     assert without.returncode != 0 and b"answered 401" in without.stderr, without.stderr
     with_token = quasar_cli("admin", "--auth-token", strict.token(SUPER_USER), *args[1:])
     assert b"answered 401" not in with_token.stderr and b"no live broker of group 'g'" in with_token.stderr
+
+
+def test_metrics_are_open_without_credentials_by_default(strict: Secured) -> None:
+    """Pulsar serves /metrics without authentication unless authenticateMetricsEndpoint is set."""
+    with urllib.request.urlopen(f"{strict.broker.admin_url}/metrics", timeout=10) as resp:
+        assert resp.status == 200
+        assert b"quasar_store_commit_log_max_offset_bytes" in resp.read()
+
+
+def test_quasar_admin_commands_send_the_token_from_the_option_or_the_environment(strict: Secured) -> None:
+    from click.testing import CliRunner
+
+    from quasar.cli.admin import admin
+
+    url = ["--admin-url", strict.broker.admin_url]
+    refused = CliRunner().invoke(admin, [*url, "tenants", "list"])
+    assert refused.exit_code == 1 and "GET /admin/v2/tenants answered 401" in refused.stderr, refused.output
+    token = strict.token(SUPER_USER)
+    served = CliRunner().invoke(admin, [*url, "--auth-token", token, "tenants", "list"])
+    assert served.exit_code == 0 and "public" in served.stdout.splitlines(), served.output
+    from_env = CliRunner(env={"QUASAR_AUTH_TOKEN": token}).invoke(admin, [*url, "tenants", "get", "public"])
+    assert from_env.exit_code == 0 and "allowedClusters" in from_env.stdout, from_env.output
+    alice = CliRunner().invoke(admin, [*url, "--auth-token", strict.token("alice"), "tenants", "list"])
+    assert alice.exit_code == 1 and "answered 403" in alice.stderr, alice.output

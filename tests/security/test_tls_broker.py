@@ -269,3 +269,24 @@ def test_tls_port_without_certificate_is_a_clear_config_error(tmp_path: Path, pk
     assert result.returncode != 0
     assert "cannot load tls_certificate_file_path" in result.stderr and "nope.pem" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_quasar_admin_over_https_with_a_client_certificate(tls_broker_factory: TlsBrokerFactory, pki: Pki):
+    from click.testing import CliRunner
+
+    from quasar.cli.admin import admin
+
+    broker = tls_broker_factory(
+        tls_trust_certs_file_path=str(pki.ca), tls_require_trusted_client_cert_on_connect=True
+    )
+    url = ["--admin-url", str(broker.admin_url_tls)]
+    mutual = [*url, "--tls-trust-certs-file", str(pki.ca), "--tls-cert-file", str(pki.client_cert),
+              "--tls-key-file", str(pki.client_key)]  # fmt: skip
+    served = CliRunner().invoke(admin, [*mutual, "clusters", "list"])
+    assert served.exit_code == 0 and served.stdout.splitlines() == ["standalone"], served.output
+    no_cert = CliRunner().invoke(admin, [*url, "--tls-trust-certs-file", str(pki.ca), "clusters", "list"])
+    assert no_cert.exit_code == 1 and "cannot reach the admin API" in no_cert.stderr, no_cert.output
+    no_ca = CliRunner().invoke(admin, [*mutual[:2], *mutual[4:], "clusters", "list"])
+    assert no_ca.exit_code == 1 and "CERTIFICATE_VERIFY_FAILED" in no_ca.stderr, no_ca.output
+    half = CliRunner().invoke(admin, [*url, "--tls-cert-file", str(pki.client_cert), "clusters", "list"])
+    assert half.exit_code == 2 and "go together" in half.stderr, half.output

@@ -44,7 +44,7 @@ def open_store(root: Path, **overrides: Any) -> MessageStore:
 def abandon(store: MessageStore) -> None:
     """Leave the store as a SIGKILL would: written bytes stay in the files, no final flush, no checkpoint
     update, the abort file stays. (Stops the flush threads and unmaps; white-box.)"""
-    store._flusher.shutdown()
+    store.flusher.shutdown()
     if store.reput is not None:
         store.reput.shutdown()
     store.allocator.shutdown(destroy_unused=False)  # a pre-allocated next segment stays, as after a kill

@@ -241,3 +241,22 @@ async def test_a_failing_flush_callback_does_not_strand_the_others(root: Path, c
     assert told == [PutStatus.PUT_OK]
     assert "a flush callback failed" in caplog.text
     await store.close()
+
+
+async def test_the_flush_latency_observer_hears_each_group_commit_round_on_the_loop(
+    root: Path, syncs: SyncCounter
+):
+    """Metrics: every round that advanced the flushed offset reports its fdatasync time (seconds), on the event
+    loop thread, never for a round that had nothing to sync."""
+    store = open_store(root)
+    await store.start()
+    heard: list[tuple[float, str]] = []
+    store.flusher.latency_observer = lambda seconds: heard.append((seconds, threading.current_thread().name))
+    for i in range(3):
+        assert (await store.put_and_wait(TOPIC, 0, body_for(i))).status is PutStatus.PUT_OK
+    assert 1 <= len(heard) <= 3
+    assert all(seconds >= 0 and thread == "MainThread" for seconds, thread in heard)
+    rounds = store.flusher.group_commit_rounds
+    await asyncio.sleep(0.1)  # idle group commit wake-ups sync nothing: no more observations
+    assert len(heard) <= rounds
+    await store.close()

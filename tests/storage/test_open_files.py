@@ -193,7 +193,7 @@ async def test_group_commit_retries_a_directory_fsync_without_descriptors(
     with caplog.at_level(logging.ERROR, logger="quasar.storage"):
         results = [await store.put_and_wait(TOPIC, 0, body_for(i)) for i in range(100)]  # rolls segments
     assert {r.status for r in results} == {PutStatus.PUT_OK}
-    group_commit = store._flusher.group_commit
+    group_commit = store.flusher.group_commit
     assert group_commit is not None and len(failed) == 3 and group_commit.open_files_retries.count == 3
     assert f"{reason}, the flush is retried" in caplog.text and store.writable
     assert "refuses writes" not in caplog.text and "disk full" not in caplog.text
@@ -210,7 +210,7 @@ async def test_consume_queue_flush_retries_a_directory_fsync_without_descriptors
     await store.start()
     failed = _fail_directory_opens_under(monkeypatch, "consumequeue", times=5)
     assert (await store.put_and_wait(OTHER, 0, b"new queue")).status is PutStatus.PUT_OK
-    flusher = store._flusher.consume_queue_flusher
+    flusher = store.flusher.consume_queue_flusher
     assert flusher is not None
     await _until(lambda: flusher.open_files_retries.count == 5)
     rounds = flusher.flush_rounds

@@ -32,12 +32,20 @@ from quasar.broker.config import BrokerConfig
 from quasar.broker.connection_limits import ConnectionController
 from quasar.broker.loop_lag import LoopLagMonitor, add_loop_lag_route
 from quasar.broker.metadata_migration import migrate_legacy_metadata
+from quasar.broker.metrics import (
+    BrokerMetricsCollector,
+    StatsUpdater,
+    TopicMetricsCollector,
+    add_metrics_route,
+    new_registry,
+)
 from quasar.broker.policies import BacklogQuota, PolicyDefaults
 from quasar.broker.replication_port import ReplicationPort
 from quasar.broker.schema import SchemaCompatibilityStrategy, SchemaDefaults
 from quasar.broker.server_cnx import ServerCnx
 from quasar.broker.subscription import SubscriptionOptions
 from quasar.broker.tls_listeners import TlsListeners
+from quasar.broker.topic_stats import LatencyBuckets
 from quasar.ledger.config import ManagedLedgerConfig
 from quasar.ledger.factory import ManagedLedgerFactory
 from quasar.metadata import MetadataStore
@@ -153,6 +161,8 @@ class BrokerApp:
         self._admin_runner: web.AppRunner | None = None
         self._policy_task: asyncio.Task[None] | None = None
         self.loop_lag = LoopLagMonitor()
+        self.stats_updater: StatsUpdater | None = None  # topic rates every stats_update_frequency_in_secs
+        self.flush_latency = LatencyBuckets()  # group commit fdatasync times, for /metrics
         self.port = 0
         self.admin_port = 0
         self.tls: TlsListeners | None = None  # the TLS listeners, when configured
@@ -373,8 +383,13 @@ class BrokerApp:
         if self.tls is not None:
             await self.tls.serve(lambda: ServerCnx(service, config, self.connections))
 
-        admin_app = build_admin_app(service, max_request_size=config.http_max_request_size)
+        admin_app = build_admin_app(
+            service,
+            max_request_size=config.http_max_request_size,
+            authenticate_metrics_endpoint=config.authenticate_metrics_endpoint,
+        )
         replication_routes.register(admin_app, self.replication)
+        self._add_metrics(admin_app, service, store)
         service.write_refusal = functools.partial(
             _write_refusal, store, self.replication.write_refusal if self.replication is not None else None
         )
@@ -389,6 +404,30 @@ class BrokerApp:
             await self.tls.serve_admin(self._admin_runner)
         if self.replication is not None:
             await self.replication.start(self)
+
+    def _add_metrics(self, admin_app: web.Application, service: BrokerService, store: MessageStore) -> None:
+        """``GET /metrics`` (``quasar.broker.metrics``) on a registry of this broker's own, and the owned
+        task computing the topic rates."""
+        config = self.config
+        store.flusher.latency_observer = self.flush_latency.observe
+        self.stats_updater = StatsUpdater(service, config.stats_update_frequency_in_secs)
+        self.stats_updater.start()
+        registry = new_registry(
+            TopicMetricsCollector(service, topic_level=config.expose_topic_level_metrics_in_prometheus),
+            BrokerMetricsCollector(
+                config.cluster_name,
+                store=store,
+                flush_latency=self.flush_latency,
+                replication_status=self.replication.status if self.replication is not None else None,
+                loop_lag=self.loop_lag,
+            ),
+        )
+        add_metrics_route(admin_app, registry)
+
+    async def _stop_stats_updater(self) -> None:
+        updater, self.stats_updater = self.stats_updater, None
+        if updater is not None:
+            await updater.stop()
 
     # ------------------------------------------------------------------ replication roles
     async def serve_as_master(self, epoch: int) -> None:
@@ -478,6 +517,7 @@ class BrokerApp:
         # let in-flight persistence finish so every sent receipt stays true
         await asyncio.sleep(0)
         await self.loop_lag.stop()
+        await self._stop_stats_updater()
         if self.service is not None:
             await self.service.close()
         if self.factory is not None:

@@ -20,7 +20,7 @@ from typing import Any
 
 from quasar.broker import topic_deletion
 from quasar.broker.auth import NO_SECURITY, BrokerSecurity
-from quasar.broker.cluster.model import LookupAnswer, LookupKind, UnknownListenerError
+from quasar.broker.cluster.model import INTERNAL_LISTENER_NAME, LookupAnswer, LookupKind, UnknownListenerError
 from quasar.broker.cluster.ownership import ClusterOwnership
 from quasar.broker.compaction.service import COMPACTION_THRESHOLD, CompactionService
 from quasar.broker.compaction.view import load_compacted_view
@@ -195,8 +195,8 @@ class BrokerService:
         this broker). Raises NamespaceNotFoundError, ServiceNotReadyError, UnknownListenerError or the
         metadata port's MetadataStoreError."""
         self._check_namespace(topic)
-        if self.ownership is None:
-            if listener:
+        if self.ownership is None:  # Pulsar names the one listener of a broker without advertisedListeners
+            if listener and listener != INTERNAL_LISTENER_NAME:  # after internalListenerName: "internal"
                 raise UnknownListenerError(
                     f"the broker {self.broker_service_url} does not have a {listener!r} listener"
                 )
@@ -217,12 +217,9 @@ class BrokerService:
         return None if self.ownership is None else self.ownership.owner_web_url(topic, tls=tls)
 
     def messages_in_total(self) -> int:
-        """Messages published to the loaded topics through their current producers (for load reports)."""
-        return sum(
-            sum(p.msg_in_counter for p in loaded.producers.values())
-            for loaded in self.topics.values()
-            if isinstance(loaded, PersistentTopic)
-        )
+        """Messages published to the loaded topics since they loaded (for load reports: it only grows while a
+        topic stays loaded, whatever its producers do)."""
+        return sum(t.counters.msg_in for t in self.topics.values() if isinstance(t, PersistentTopic))
 
     # ------------------------------------------------------------------ tenants / namespaces
     def tenants(self) -> list[str]:

@@ -40,6 +40,7 @@ _POSITIVE = (
     "max_name_length",
     "max_property_length",
     "max_properties_per_command",
+    "stats_update_frequency_in_secs",
 )
 """Settings that must be > 0."""
 _NON_NEGATIVE = (
@@ -174,42 +175,81 @@ class BrokerConfig:
     - schemas (``quasar.broker.schema``): ``schema_compatibility_strategy`` (FULL; any Pulsar strategy but
       UNDEFINED), ``is_allow_auto_update_schema_enabled`` (true) and ``is_schema_validation_enforced``
       (false): what applies where a namespace sets no policy of its own.
+    - metrics (``GET /metrics`` on the admin port; ``quasar.broker.metrics``, docs/metrics.md; Pulsar's
+      names): ``expose_topic_level_metrics_in_prometheus`` (true: samples per topic and subscription; false:
+      summed per namespace); ``authenticate_metrics_endpoint`` (false: ``/metrics`` is open even with
+      authentication on; true: it needs valid credentials); ``stats_update_frequency_in_secs`` (60, > 0):
+      the period over which the rates of ``/metrics`` and the topic stats are computed.
     """
 
+    # listeners, data directory, entry size and the commit log
     host: str = "127.0.0.1"
     port: int = 6650
     admin_port: int = 8080
     data_dir: Path = field(default_factory=lambda: Path("data"))
     cluster_name: str = "standalone"
+    """Pulsar ``clusterName`` (RocketMQ brokerClusterName): the cluster this broker serves, a Pulsar named
+    entity; ``standalone`` for ``quasar standalone`` as in Pulsar. Every broker of a cluster gives the same."""
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
     commit_log_file_size: int = 1024 * 1024 * 1024
     flush_disk_type: str = "SYNC_FLUSH"
     sync_flush_timeout_ms: int = 5000
+    """``syncFlushTimeout``: a SYNC_FLUSH send not covered by an fsync within this many ms fails
+    (``FLUSH_DISK_TIMEOUT``, SEND_ERROR PersistenceError)."""
     # storage (RocketMQ MessageStoreConfig names in snake_case, RocketMQ defaults; README "Storage
     # configuration"; validated by quasar.storage.StoreConfig when the broker starts)
     mapped_file_size_consume_queue: int = 300_000 * 20
+    """``mappedFileSizeConsumeQueue``: bytes per consume queue file, a multiple of 20 (300,000 units)."""
     flush_interval_commit_log_ms: int = 500
+    """``flushIntervalCommitLog``: ASYNC_FLUSH period."""
     flush_commit_log_least_pages: int = 4
+    """``flushCommitLogLeastPages``: ASYNC_FLUSH syncs only with at least this many dirty 4 KiB pages..."""
     flush_commit_log_thorough_interval_ms: int = 10_000
+    """``flushCommitLogThoroughInterval``: ...except at least this often."""
     flush_interval_consume_queue_ms: int = 1000
+    """``flushIntervalConsumeQueue``: consume queue flush period."""
     flush_consume_queue_least_pages: int = 2
+    """``flushConsumeQueueLeastPages``: dirty consume queue pages needed for a flush."""
     flush_consume_queue_thorough_interval_ms: int = 60_000
+    """``flushConsumeQueueThoroughInterval``: full consume queue + index flush and checkpoint at least this
+    often."""
     check_crc_on_recover: bool = True
+    """``checkCRCOnRecover``: recovery checks each record's CRCs."""
     message_index_enable: bool = True
+    """``messageIndexEnable``: build the key index (``quasar query``, ``GET .../messages?key=``)."""
     max_hash_slot_num: int = 5_000_000
+    """``maxHashSlotNum``: hash slots per index file."""
     max_index_num: int = 20_000_000
+    """``maxIndexNum``: items per index file (a file is 420,000,040 bytes, allocated as it fills)."""
     warm_mapped_file_enable: bool = False
+    """``warmMapedFileEnable``: write zeros over a pre-allocated commit log segment (on the allocation
+    thread) before appends map it."""
     file_reserved_time_h: float = 72
+    """``fileReservedTime``: hours a commit log segment is kept after its last write."""
     delete_when: str = "04"
+    """``deleteWhen``: hours of the day (``"04;16"``) when expired segments are deleted."""
     disk_max_used_space_ratio: int = 75
+    """``diskMaxUsedSpaceRatio``: percent disk use above which expired segments go at any hour."""
     disk_space_clean_forcibly_ratio: int = 85
+    """``diskSpaceCleanForciblyRatio``: percent disk use (clamped to 30..85) above which segments no queue
+    needs go whatever their age."""
     disk_space_warning_level_ratio: int = 90
+    """``diskSpaceWarningLevelRatio``: percent disk use (clamped to 35..90) above which sends are refused
+    until space is freed (the producer is closed; new producers get a retryable ServiceNotReady)."""
     clean_resource_interval_ms: int = 10_000
+    """``cleanResourceInterval``: period of the clean service."""
     delete_file_batch_max: int = 10
+    """``deleteFileBatchMax``: segments deleted per clean round at most."""
     clean_file_forcibly_enable: bool = True
+    """``cleanFileForciblyEnable``: allow age-independent deletion above the clean-forcibly ratio."""
+    # managed ledger, dispatch, deduplication, subscriptions and policy defaults (Pulsar broker.conf names)
     managed_ledger_max_entries_per_ledger: int = 50_000
     managed_ledger_min_ledger_rollover_time_ms: int = 10 * 60 * 1000
     managed_ledger_cursor_persist_interval_ms: int = 1000
+    """How often (ms) changed durable cursor states are written to the metadata store and consumed ledgers
+    are trimmed under the retention policy: one background round for every managed ledger (Pulsar
+    writes mark-delete positions at most ``managedLedgerDefaultMarkDeleteRateLimit`` times a second, 1 by
+    default)."""
     dispatcher_max_read_batch_size: int = 100
     keep_alive_interval_s: float = 30.0
     broker_deduplication_enabled: bool = False
@@ -241,8 +281,10 @@ class BrokerConfig:
     backlog_quota_default_limit_second: int = -1
     backlog_quota_default_retention_policy: str = "producer_request_hold"
     subscription_key_shared_consistent_hashing_replica_points: int = 100
+    # garbage collector of the broker process (quasar.broker.gc_tuning)
     gc_gen0_threshold: int = 50_000
     gc_freeze_after_start: bool = True
+    # cluster membership (quasar broker; docs/cluster.md)
     broker_name: str = ""
     broker_id: int = 0
     metadata_store_url: str = ""
@@ -271,6 +313,8 @@ class BrokerConfig:
     # Authentication and authorization (Pulsar broker.conf names; quasar.security; README "Authentication
     # and authorization")
     authentication_enabled: bool = False
+    """Pulsar ``authenticationEnabled``: binary and admin clients authenticate with one of
+    ``authentication_providers``; clients without credentials get ``anonymous_user_role`` (refused when "")."""
     authentication_providers: tuple[str, ...] = ()
     anonymous_user_role: str = ""
     token_secret_key: str = ""
@@ -310,6 +354,10 @@ class BrokerConfig:
     schema_compatibility_strategy: str = "FULL"
     is_allow_auto_update_schema_enabled: bool = True
     is_schema_validation_enforced: bool = False
+    # Metrics (Pulsar broker.conf names; quasar.broker.metrics; docs/metrics.md)
+    expose_topic_level_metrics_in_prometheus: bool = True
+    authenticate_metrics_endpoint: bool = False
+    stats_update_frequency_in_secs: float = 60.0
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535 or not 0 <= self.admin_port <= 65535:

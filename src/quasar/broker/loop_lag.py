@@ -3,7 +3,8 @@ connection), measured by an owned ticker task, and the admin endpoint that repor
 
 Every ``interval_s`` the ticker sleeps; the lag of one tick is how much later than asked it woke up (the
 time the loop spent on other work before it could run the ticker, e.g. a blocking call). The monitor keeps the
-maximum and the number of ticks since the last reset.
+maximum and the number of ticks since the last reset, and, for ``GET /metrics``, the last tick's lag and every
+tick's lag in Pulsar's latency buckets since the start (``topic_stats.LatencyBuckets``; never reset).
 
 ``GET /admin/v2/broker-stats/loop-lag`` -> ``{"maxLagMs": float, "ticks": int, "intervalMs": float}``;
 with ``?reset=true`` the maximum and the count restart from zero after the answer.
@@ -17,6 +18,8 @@ import time
 
 from aiohttp import web
 
+from quasar.broker.topic_stats import LatencyBuckets
+
 __all__ = ["LOOP_LAG_MONITOR", "LoopLagMonitor", "add_loop_lag_route"]
 
 
@@ -29,6 +32,8 @@ class LoopLagMonitor:
         self.interval_s = interval_s
         self.max_lag_s = 0.0
         self.ticks = 0
+        self.last_lag_s = 0.0
+        self.lag_buckets = LatencyBuckets()
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -61,6 +66,8 @@ class LoopLagMonitor:
             await asyncio.sleep(interval)
             lag = time.perf_counter() - asked - interval
             self.ticks += 1
+            self.last_lag_s = lag
+            self.lag_buckets.observe(lag)
             if lag > self.max_lag_s:
                 self.max_lag_s = lag
 
@@ -70,8 +77,11 @@ LOOP_LAG_MONITOR = web.AppKey("loop_lag_monitor", LoopLagMonitor)
 
 async def _get_loop_lag(request: web.Request) -> web.Response:
     monitor = request.app[LOOP_LAG_MONITOR]
+    reset = request.query.get("reset", "false").lower()
+    if reset not in ("true", "false") or len(request.query.getall("reset", [])) > 1:
+        raise ValueError(f"query parameter 'reset' must be true or false, got {reset!r:.50}")  # admin: 400
     body = monitor.snapshot()
-    if request.query.get("reset", "false").lower() == "true":
+    if reset == "true":
         monitor.reset()
     return web.json_response(body)
 

@@ -29,6 +29,7 @@ from quasar.broker.errors import ConsumerAssignError, ConsumerBusyError, NotAllo
 from quasar.broker.key_shared import KeySharedMeta, new_selector
 from quasar.broker.key_shared_dispatcher import entry_key_info
 from quasar.broker.subscription import SubscriptionOptions
+from quasar.broker.topic_stats import RateMeter, TopicCounters
 from quasar.ledger.position import Position
 from quasar.protocol import TopicName
 from quasar.protocol.enums import InitialPosition, SubType
@@ -63,6 +64,8 @@ class NonPersistentSubscription:
         self._selector: StickyKeySelector | None = None
         self._key_shared_mode = 0
         self.msg_out_counter = 0
+        self.bytes_out_counter = 0
+        self.rate_out = RateMeter()  # msgRateOut / msgThroughputOut over the stats period
         self.msg_drop_counter = 0
         self.unacked_messages = 0
 
@@ -168,6 +171,7 @@ class NonPersistentSubscription:
         consumer.msg_out_counter += count
         consumer.bytes_out_counter += len(data)
         self.msg_out_counter += count
+        self.bytes_out_counter += len(data)
         consumer.cnx.send_message(
             consumer.consumer_id, NON_PERSISTENT_POSITION, self.topic.partition_index, data, 0
         )
@@ -197,6 +201,7 @@ class NonPersistentTopic:
         self.dedup = DisabledDeduplication()
         self._options = subscription_options or SubscriptionOptions()
         self.msg_in_counter = 0
+        self.counters = TopicCounters()  # stats and /metrics (topic_stats)
         self.last_active = time.monotonic()
         """When (``time.monotonic()`` s) it was created or last lost a producer or subscription: the
         inactive-topic check (``inactive_topics``) drops it once idle that long with neither."""
@@ -232,13 +237,31 @@ class NonPersistentTopic:
         return subscription
 
     async def delete_subscription(self, name: str) -> None:
-        self.subscriptions.pop(name, None)
+        subscription = self.subscriptions.pop(name, None)
+        if subscription is not None:
+            self._count_removed(subscription)
         self.last_active = time.monotonic()
 
     def remove_non_durable_if_idle(self, subscription: NonPersistentSubscription) -> None:
         if not subscription.consumers and self.subscriptions.get(subscription.name) is subscription:
             del self.subscriptions[subscription.name]
+            self._count_removed(subscription)
             self.last_active = time.monotonic()
+
+    def _count_removed(self, subscription: NonPersistentSubscription) -> None:
+        """Keep what a removed subscription dispatched in the topic's out counters."""
+        self.counters.msg_out_removed += subscription.msg_out_counter
+        self.counters.bytes_out_removed += subscription.bytes_out_counter
+
+    @property
+    def msg_out_counter(self) -> int:
+        """Messages dispatched since the topic was loaded (removed subscriptions included)."""
+        return self.counters.msg_out_removed + sum(s.msg_out_counter for s in self.subscriptions.values())
+
+    @property
+    def bytes_out_counter(self) -> int:
+        """Bytes dispatched since the topic was loaded (removed subscriptions included)."""
+        return self.counters.bytes_out_removed + sum(s.bytes_out_counter for s in self.subscriptions.values())
 
     def close(self) -> None:
         """Topic unload or broker shutdown: nothing to cancel (delivery happens at publish time, no timer is
@@ -251,10 +274,16 @@ class NonPersistentTopic:
 
     def stats(self) -> dict[str, object]:
         """TopicStats JSON in Pulsar's admin v2 shape (subset), with ``msgDropCount`` per subscription."""
+        counters = self.counters
         return {
-            "msgInCounter": sum(p.msg_in_counter for p in self.producers.values()),
-            "bytesInCounter": sum(p.bytes_in_counter for p in self.producers.values()),
-            "msgOutCounter": sum(s.msg_out_counter for s in self.subscriptions.values()),
+            "msgRateIn": counters.rate_in.msg_rate,
+            "msgThroughputIn": counters.rate_in.throughput,
+            "msgRateOut": counters.rate_out.msg_rate,
+            "msgThroughputOut": counters.rate_out.throughput,
+            "msgInCounter": counters.msg_in,
+            "bytesInCounter": counters.bytes_in,
+            "msgOutCounter": self.msg_out_counter,
+            "bytesOutCounter": self.bytes_out_counter,
             "storageSize": 0,
             "publishers": [
                 {
@@ -268,6 +297,10 @@ class NonPersistentTopic:
                 name: {
                     "msgBacklog": 0,
                     "msgDropCount": sub.msg_drop_counter,
+                    "msgRateOut": sub.rate_out.msg_rate,
+                    "msgThroughputOut": sub.rate_out.throughput,
+                    "msgOutCounter": sub.msg_out_counter,
+                    "bytesOutCounter": sub.bytes_out_counter,
                     "type": sub.sub_type.name if sub.sub_type is not None else None,
                     "consumers": [
                         {"consumerName": c.consumer_name, "availablePermits": c.permits}

@@ -43,6 +43,8 @@ __all__ = [
     "BACKLOG_POLICIES",
     "BACKLOG_QUOTA",
     "DEDUPLICATION",
+    "INT32_MAX",
+    "INT64_MAX",
     "MESSAGE_TTL",
     "RETENTION",
     "BacklogQuota",
@@ -68,9 +70,15 @@ BACKLOG_POLICIES = (PRODUCER_REQUEST_HOLD, PRODUCER_EXCEPTION, CONSUMER_BACKLOG_
 EVICTION_REDUCTION_FACTOR = 0.9  # Pulsar reduces a size-evicted backlog to 90 % of the limit
 
 
-def _int(value: Any, name: str, minimum: int = -1) -> int:
-    if type(value) is not int or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+
+
+def _int(value: Any, name: str, minimum: int = -1, maximum: int = INT64_MAX) -> int:
+    """``value`` as a policy integer in ``[minimum, maximum]`` (Pulsar's field is a Java int or long, whose
+    range bounds it); raises ValueError naming ``name``."""
+    if type(value) is not int or not minimum <= value <= maximum:
+        raise ValueError(f"{name} must be an integer in [{minimum}, {maximum}], got {value!r:.60}")
     return value
 
 
@@ -80,7 +88,9 @@ def parse_retention(body: Any) -> dict[str, int]:
     if not isinstance(body, dict):
         raise ValueError(f"expected a retention policy object, got {body!r}")
     return {
-        "retentionTimeInMinutes": _int(body.get("retentionTimeInMinutes", 0), "retentionTimeInMinutes"),
+        "retentionTimeInMinutes": _int(
+            body.get("retentionTimeInMinutes", 0), "retentionTimeInMinutes", maximum=INT32_MAX
+        ),
         "retentionSizeInMB": _int(body.get("retentionSizeInMB", 0), "retentionSizeInMB"),
     }
 
@@ -106,7 +116,9 @@ class BacklogQuota:
         if policy not in BACKLOG_POLICIES:
             raise ValueError(f"policy must be one of {BACKLOG_POLICIES}, got {policy!r}")
         return cls(
-            _int(body.get("limitSize", -1), "limitSize"), _int(body.get("limitTime", -1), "limitTime"), policy
+            _int(body.get("limitSize", -1), "limitSize"),
+            _int(body.get("limitTime", -1), "limitTime", maximum=INT32_MAX),
+            policy,
         )
 
     def to_json(self) -> dict[str, Any]:

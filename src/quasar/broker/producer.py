@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 from quasar.broker.access_modes import ProducerAccess, ProducerAccessMode
 from quasar.broker.dedup import DUPLICATE_POSITION, DedupStatus, DisabledDeduplication, MessageDeduplication
 from quasar.broker.errors import BrokerError, PersistenceError, send_error_of
+from quasar.broker.topic_stats import TopicCounters
 from quasar.ledger.position import Position
 from quasar.protocol.enums import ServerError
 
@@ -120,6 +121,11 @@ class ProducerTopic(Protocol):
     @property
     def access(self) -> ProducerAccess[Producer]: ...
 
+    @property
+    def counters(self) -> TopicCounters:
+        """The topic's message/byte counters and latency buckets (``topic_stats``)."""
+        ...
+
     def publish(self, data: memoryview, callback: PublishCallback) -> None:
         """Append (or fan out) one entry; ``callback(position, None)`` or ``callback(None, error)`` runs once,
         on the loop thread, never before this returns, in publish order."""
@@ -140,6 +146,7 @@ class _PendingSend:
         "position",
         "producer",
         "sequence_id",
+        "started",
     )
 
     def __init__(
@@ -159,12 +166,16 @@ class _PendingSend:
         self.done = False
         self.position: Position | None = None
         self.error: BaseException | None = None
+        self.started = time.perf_counter()  # the SEND was handled: publish and storage write latency start
 
     def __call__(self, position: Position | None, error: BaseException | None) -> None:
-        """The add's answer (``PublishCallback``): record it and release the receipts now in order."""
+        """The add's answer (``PublishCallback``): record it (and, for a stored entry, its storage write
+        latency) and release the receipts now in order."""
         self.position = position
         self.error = error
         self.done = True
+        if error is None and not self.non_persistent:
+            self.producer.topic.counters.storage_write_latency.observe(time.perf_counter() - self.started)
         self.producer.release_receipts()
 
 
@@ -219,6 +230,9 @@ class Producer:
             return
         self.msg_in_counter += num_messages
         self.bytes_in_counter += len(data)
+        counters = self.topic.counters
+        counters.msg_in += num_messages
+        counters.bytes_in += len(data)
         op = _PendingSend(self, sequence_id, highest_sequence_id, dedup=dedup.enabled)
         self._pending.append(op)
         self.topic.publish(data, op)
@@ -237,6 +251,9 @@ class Producer:
         cnx.non_persistent_pending += 1
         self.msg_in_counter += num_messages
         self.bytes_in_counter += len(data)
+        counters = self.topic.counters
+        counters.msg_in += num_messages
+        counters.bytes_in += len(data)
         # the fan-out runs now; the receipt still goes through the queue so receipts keep send order
         op = _PendingSend(self, sequence_id, highest_sequence_id, dedup=False, non_persistent=True)
         self._pending.append(op)
@@ -247,6 +264,8 @@ class Producer:
         SEND_ERROR), and record their outcome for deduplication."""
         pending = self._pending
         cnx = self.cnx
+        now = time.perf_counter() if pending else 0.0
+        publish_latency = self.topic.counters.publish_latency
         while pending and pending[0].done:
             op = pending.popleft()
             cnx.publish_completed()
@@ -267,6 +286,7 @@ class Producer:
             if error is None:
                 assert op.position is not None
                 cnx.send_receipt(self.producer_id, op.sequence_id, op.highest_sequence_id, op.position)
+                publish_latency.observe(now - op.started)
                 continue
             status = getattr(error, "status", None)
             if status in _REPLICAS_UNAVAILABLE or status in _STORE_REFUSES:

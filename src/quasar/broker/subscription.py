@@ -33,6 +33,7 @@ from quasar.broker.dispatchers import Dispatcher, MultipleConsumersDispatcher, S
 from quasar.broker.errors import ConsumerBusyError
 from quasar.broker.key_shared import KeySharedMeta
 from quasar.broker.key_shared_dispatcher import KeySharedDispatcher
+from quasar.broker.topic_stats import RateMeter, TopicCounters
 from quasar.errors import QuasarError
 from quasar.ledger.entry import Entry
 from quasar.ledger.managed_cursor import ManagedCursor
@@ -95,6 +96,11 @@ class SubscriptionTopic(ConsumerTopic, Protocol):
         """The topic's compacted view (``compaction.view``), None before its first compaction."""
         ...
 
+    @property
+    def counters(self) -> TopicCounters:
+        """The topic's counters; dispatch rounds record their latency there (``topic_stats``)."""
+        ...
+
     last_active: float
     """``time.monotonic()`` when the topic last lost a producer or consumer (idle-topic unload)."""
 
@@ -135,6 +141,9 @@ class Subscription:
         self._end_of_topic_handle: asyncio.Handle | None = None  # REACHED_END_OF_TOPIC after a SUBSCRIBE
         self._idle_timer: asyncio.TimerHandle | None = None
         self.msg_out_counter = 0
+        self.bytes_out_counter = 0  # entry bytes dispatched (Pulsar's subscription bytesOutCounter)
+        self.rate_out = RateMeter()  # msgRateOut / msgThroughputOut over the stats period
+        self._dispatch_asked = 0.0  # perf_counter() when the pending dispatch round was asked for
         self.max_unacked_messages_per_consumer = options.max_unacked_messages_per_consumer
         self.max_unacked_messages_per_subscription = options.max_unacked_messages_per_subscription
         self.unacked_messages = 0  # over every consumer, kept by deliver / _forget / redeliveries
@@ -427,6 +436,7 @@ class Subscription:
     def schedule_dispatch(self) -> None:
         """Run a dispatch round soon (coalesced: at most one pending round per subscription)."""
         if self._dispatch_handle is None and self.consumers:
+            self._dispatch_asked = time.perf_counter()
             self._dispatch_handle = asyncio.get_running_loop().call_soon(self._dispatch_round)
 
     def _dispatch_round(self) -> None:
@@ -434,6 +444,7 @@ class Subscription:
         dispatcher = self.dispatcher
         if dispatcher is None:
             return
+        asked, sent_before = self._dispatch_asked, self.msg_out_counter
         try:
             for _ in range(DISPATCH_ROUNDS_PER_CALLBACK):
                 if not dispatcher.dispatch_once():
@@ -441,6 +452,10 @@ class Subscription:
             self.schedule_dispatch()
         except QuasarError:  # a read that failed, an entry that cannot be parsed: retried on the next trigger
             log.exception("dispatch failed on %s/%s", self.topic.name, self.name)
+        finally:  # one observation per round, weighted by the messages it sent (O(1) per round)
+            sent = self.msg_out_counter - sent_before
+            if sent > 0:
+                self.topic.counters.dispatch_latency.observe(time.perf_counter() - asked, sent)
 
     def add_replays(self, positions: Iterable[Position]) -> None:
         """Deliver ``positions`` again (delayed entries now due), skipping those acknowledged meanwhile."""
@@ -501,6 +516,7 @@ class Subscription:
         self._pending[position] = consumer
         self.replay_positions.discard(position)
         self.msg_out_counter += count
+        self.bytes_out_counter += len(entry.data)
         consumer.cnx.send_message(
             consumer.consumer_id,
             position,

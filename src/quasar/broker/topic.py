@@ -17,6 +17,7 @@ from quasar.broker.errors import BacklogQuotaExceededError, NotAllowedError, Top
 from quasar.broker.policies import BacklogQuota, check_backlog_quota
 from quasar.broker.producer import Producer, PublishCallback
 from quasar.broker.subscription import Subscription, SubscriptionOptions
+from quasar.broker.topic_stats import TopicCounters
 from quasar.ledger.entry import Entry
 from quasar.ledger.managed_ledger import InitialPosition as LedgerInitialPosition
 from quasar.ledger.managed_ledger import ManagedLedger
@@ -60,6 +61,7 @@ class PersistentTopic:
         self.backlog_quota = BacklogQuota()  # effective backlog quota
         self.backlog_blocked: str | None = None  # the producer policy in force while the quota is exceeded
         self.compacted_view: CompactedView | None = None  # set by the compactor / at load (compaction.view)
+        self.counters = TopicCounters()  # stats and /metrics (topic_stats)
         self.last_active = time.monotonic()
         """When (``time.monotonic()`` s) the topic was loaded or last lost a producer or consumer (Pulsar's
         ``lastActive``): the inactive-topic unloader (``inactive_topics``) measures idleness from it."""
@@ -189,6 +191,7 @@ class PersistentTopic:
         subscription = self.subscriptions.pop(name, None)
         if subscription is None:
             return
+        self._count_removed(subscription)
         subscription.close()
         if subscription.durable:
             await self.ledger.delete_cursor(name)
@@ -202,7 +205,14 @@ class PersistentTopic:
             and self.subscriptions.get(subscription.name) is subscription
         ):
             del self.subscriptions[subscription.name]
+            self._count_removed(subscription)
             subscription.close()
+
+    def _count_removed(self, subscription: Subscription) -> None:
+        """Keep what a removed subscription dispatched in the topic's out counters (Pulsar's
+        ``msgOutFromRemovedSubscriptions``)."""
+        self.counters.msg_out_removed += subscription.msg_out_counter
+        self.counters.bytes_out_removed += subscription.bytes_out_counter
 
     def close(self) -> None:
         """Cancel the timers of every subscription (topic unload, broker shutdown). The managed ledger is closed
@@ -242,12 +252,30 @@ class PersistentTopic:
                 batch_index = count - 1
         return last.ledger_id, last.entry_id, batch_index
 
+    @property
+    def msg_out_counter(self) -> int:
+        """Messages dispatched from this topic since it was loaded (deleted subscriptions included)."""
+        return self.counters.msg_out_removed + sum(s.msg_out_counter for s in self.subscriptions.values())
+
+    @property
+    def bytes_out_counter(self) -> int:
+        """Entry bytes dispatched from this topic since it was loaded (deleted subscriptions included)."""
+        return self.counters.bytes_out_removed + sum(s.bytes_out_counter for s in self.subscriptions.values())
+
     def stats(self) -> dict[str, object]:
-        """TopicStats JSON in Pulsar's admin v2 shape (subset)."""
+        """TopicStats JSON in Pulsar's admin v2 shape (subset). Counters (messages, bytes) count from the
+        topic's load; rates (msg/s, bytes/s) are over the last ``stats_update_frequency_in_secs`` period, as
+        ``GET /metrics`` reports them (``topic_stats``)."""
+        counters = self.counters
         return {
-            "msgInCounter": sum(p.msg_in_counter for p in self.producers.values()),
-            "bytesInCounter": sum(p.bytes_in_counter for p in self.producers.values()),
-            "msgOutCounter": sum(s.msg_out_counter for s in self.subscriptions.values()),
+            "msgRateIn": counters.rate_in.msg_rate,
+            "msgThroughputIn": counters.rate_in.throughput,
+            "msgRateOut": counters.rate_out.msg_rate,
+            "msgThroughputOut": counters.rate_out.throughput,
+            "msgInCounter": counters.msg_in,
+            "bytesInCounter": counters.bytes_in,
+            "msgOutCounter": self.msg_out_counter,
+            "bytesOutCounter": self.bytes_out_counter,
             "storageSize": self.ledger.total_size,
             "publishers": [
                 {
@@ -260,6 +288,10 @@ class PersistentTopic:
             "subscriptions": {
                 name: {
                     "msgBacklog": sub.cursor.number_of_entries_in_backlog,
+                    "msgRateOut": sub.rate_out.msg_rate,
+                    "msgThroughputOut": sub.rate_out.throughput,
+                    "msgOutCounter": sub.msg_out_counter,
+                    "bytesOutCounter": sub.bytes_out_counter,
                     "type": sub.sub_type.name if sub.sub_type is not None else None,
                     "unackedMessages": sub.unacked_messages,
                     "isDurable": sub.durable,

@@ -31,6 +31,8 @@ from quasar.cli.standalone import (
 
 log = logging.getLogger("quasar")
 
+DEFAULT_CLUSTER_NAME = "quasar-cluster"
+"""``--cluster`` when neither the option nor the ``--config`` file names one."""
 REGISTER_PERIOD_BOUNDS_S = (10.0, 60.0)
 """RocketMQ bounds registerNameServerPeriod to 10..60 s (BrokerController)."""
 
@@ -142,9 +144,9 @@ def _registrar(app: BrokerApp) -> list[Companion]:
 @click.option(
     "--cluster",
     "cluster_name",
-    default="quasar-cluster",
-    show_default=True,
-    help="Cluster name (RocketMQ brokerClusterName, Pulsar clusterName).",
+    default=None,
+    help="Cluster name (RocketMQ brokerClusterName, Pulsar clusterName) [the config file's, else"
+    f" {DEFAULT_CLUSTER_NAME}].",
 )
 @click.option(
     "--broker-name",
@@ -152,7 +154,7 @@ def _registrar(app: BrokerApp) -> list[Companion]:
     help="Broker group this broker belongs to (RocketMQ brokerName); its topics live in the group.",
 )
 @click.option(
-    "--broker-id", type=int, default=0, show_default=True, help="0 = the group's master, >0 = a slave."
+    "--broker-id", type=int, default=None, help="0 = the group's master, >0 = a slave [the config file's, else 0]."
 )
 @click.option("--nameservers", default=None, help="Name servers to register with, 'host:port;host:port'.")
 @click.option(
@@ -199,9 +201,9 @@ def broker(
     host: str | None,
     port: int | None,
     admin_port: int | None,
-    cluster_name: str,
+    cluster_name: str | None,
     broker_name: str,
-    broker_id: int,
+    broker_id: int | None,
     nameservers: str | None,
     broker_role: str | None,
     ha_port: int | None,
@@ -235,6 +237,8 @@ def broker(
             **tls,
         },
     )
+    if cluster_name is None and config.cluster_name == BrokerConfig().cluster_name:  # neither file nor option
+        config = dataclasses.replace(config, cluster_name=DEFAULT_CLUSTER_NAME)
     if not config.metadata_store_url.startswith("etcd://"):
         raise click.BadParameter(
             "a cluster broker needs a shared metadata store: --metadata-store etcd://host:port"

@@ -19,6 +19,7 @@ def _register() -> None:
     from quasar.cli.cluster import cluster
     from quasar.cli.demo import demo
     from quasar.cli.nameserver import nameserver
+    from quasar.cli.perf import perf
     from quasar.cli.query import query
     from quasar.cli.standalone import standalone
     from quasar.cli.tokens import tokens
@@ -31,6 +32,7 @@ def _register() -> None:
     main.add_command(cluster)
     main.add_command(admin)
     main.add_command(tokens)
+    main.add_command(perf)
 
 
 _register()

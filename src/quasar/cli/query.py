@@ -53,11 +53,11 @@ def topic_path(topic: str) -> str:
     return "/".join([domain, *(quote(p, safe="") for p in parts)])
 
 
-def _format_ms(ms: int) -> str:
+def format_ms(ms: int) -> str:
     return datetime.datetime.fromtimestamp(ms / 1000).isoformat(timespec="milliseconds")
 
 
-def _payload_text(encoded: str) -> str:
+def payload_text(encoded: str) -> str:
     data = base64.b64decode(encoded)
     try:
         text = data.decode()
@@ -105,8 +105,8 @@ def query(
         table.add_row(
             message["messageId"],
             str(message["partition"]) if message["partition"] >= 0 else "-",
-            _format_ms(message["publishTime"]),
-            _format_ms(message["storeTime"]),
-            _payload_text(message["payload"]),
+            format_ms(message["publishTime"]),
+            format_ms(message["storeTime"]),
+            payload_text(message["payload"]),
         )
     Console().print(table)

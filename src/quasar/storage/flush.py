@@ -39,6 +39,8 @@ from quasar.storage.status import PutStatus
 log = logging.getLogger(__name__)
 
 FlushCallback = Callable[[PutStatus], None]
+FlushLatencyObserver = Callable[[float], None]
+"""``observer(seconds)``: told, on the event loop thread, how long one group commit round's fdatasync took."""
 """``callback(status)``: what a SYNC_FLUSH waiter is told, on the loop thread (PUT_OK, FLUSH_DISK_TIMEOUT,
 UNKNOWN_ERROR after a failed flush, SERVICE_NOT_AVAILABLE at close)."""
 
@@ -174,6 +176,8 @@ class GroupCommitService(ServiceThread):
         self.flush_rounds = 0
         """Rounds that advanced the flushed offset (statistics)."""
         self.open_files_retries = OpenFilesRetries(name)
+        self.latency_observer: FlushLatencyObserver | None = None
+        """Told the duration of each round that advanced the flushed offset (loop thread; metrics)."""
 
     def start_on(self, loop: asyncio.AbstractEventLoop, flushed_offset: int) -> None:
         """Bind to ``loop`` (where waiters live) and start the thread; ``flushed_offset`` is already
@@ -224,7 +228,10 @@ class GroupCommitService(ServiceThread):
             self._timer = loop.call_at(deadline, self._expire)
         self.wakeup()
 
-    def _on_flushed(self, flushed_offset: int) -> None:
+    def _on_flushed(self, flushed_offset: int, seconds: float = -1.0) -> None:
+        observer = self.latency_observer
+        if seconds >= 0 and observer is not None:
+            observer(seconds)
         if flushed_offset > self._flushed_offset:
             self._flushed_offset = flushed_offset
         requests = self._requests
@@ -276,6 +283,7 @@ class GroupCommitService(ServiceThread):
         while not self._stopped.is_set():
             self._wakeup.wait(GROUP_COMMIT_WAIT_S)
             self._wakeup.clear()
+            started = time.perf_counter()
             try:
                 flushed = self._flush()
             except Exception as exc:  # any failure: nothing more may be acknowledged as durable
@@ -289,7 +297,7 @@ class GroupCommitService(ServiceThread):
             if flushed != posted:  # synced by us, or by another flusher (checkpoint round, close)
                 self.flush_rounds += 1
                 posted = flushed
-                self._post(self._on_flushed, flushed)
+                self._post(self._on_flushed, flushed, time.perf_counter() - started)
 
 
 class PeriodicFlushService(ServiceThread):

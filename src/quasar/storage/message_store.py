@@ -178,17 +178,17 @@ class MessageStore(ReplicaFacade):
             self.async_dispatchers,
             self._state,
         )
-        self._flusher = StoreFlusher(parts)
-        self._retention = StoreRetention(parts, disk_usage)
-        self._replica = StoreReplica(parts, self.dispatchers, self._flusher, self._retention, self.allocator)
-        self.delete_queue = QueueDeletion(parts, self._retention.run_on_loop, self._flusher.consume_queues_held,
-                                          self._retention.clean_lock, lambda: self.checkpoint).delete_queue  # fmt: skip
+        self.flusher = StoreFlusher(parts)
+        self.retention = StoreRetention(parts, disk_usage)
+        self._replica = StoreReplica(parts, self.dispatchers, self.flusher, self.retention, self.allocator)
+        self.delete_queue = QueueDeletion(parts, self.retention.run_on_loop, self.flusher.consume_queues_held,
+                                          self.retention.clean_lock, lambda: self.checkpoint).delete_queue  # fmt: skip
         # The publish and dispatch paths call the parts directly: no delegation frame per call.
         self.put = self._writer.put  # type: ignore[method-assign]  # same signature, bound once
         self.put_batch = self._writer.put_batch  # type: ignore[method-assign]  # same signature, bound once
         self.get = self._reader.get  # type: ignore[method-assign]  # same signature, bound once
-        self.wait_flushed = self._flusher.wait_flushed  # type: ignore[method-assign]  # same signature
-        self.on_flushed = self._flusher.on_flushed  # type: ignore[method-assign]  # same signature
+        self.wait_flushed = self.flusher.wait_flushed  # type: ignore[method-assign]  # same signature
+        self.on_flushed = self.flusher.on_flushed  # type: ignore[method-assign]  # same signature
 
     def __repr__(self) -> str:
         return f"MessageStore({self.config.root_dir}, {self._state.phase}, max_offset={self.commit_log.max_offset})"
@@ -263,9 +263,9 @@ class MessageStore(ReplicaFacade):
             min(reput_from, self.commit_log.max_offset),
             on_error=self._on_reput_error,
         )
-        self._flusher.open(checkpoint, self.reput)
+        self.flusher.open(checkpoint, self.reput)
         self._replica.open(checkpoint, self.reput)  # loads the epoch file
-        self._retention.open(self.reput)
+        self.retention.open(self.reput)
         log.info(
             "message store %s recovered in %.1f ms (%s exit; %s)",
             root,
@@ -280,10 +280,10 @@ class MessageStore(ReplicaFacade):
         already started."""
         self._check_open()
         loop = asyncio.get_running_loop()
-        self._flusher.start(loop)
+        self.flusher.start(loop)
         if self.reput is not None and self.async_dispatchers:
             self.reput.start()
-        self._retention.start(loop)
+        self.retention.start(loop)
 
     async def close(self) -> None:
         """Stop the flush threads, flush everything, write the checkpoint, remove the abort file (the blocking
@@ -296,8 +296,8 @@ class MessageStore(ReplicaFacade):
         try:
             await loop.run_in_executor(None, self._shutdown_and_flush)
         finally:
-            if self._flusher.loop is loop:
-                self._flusher.release_waiters()
+            if self.flusher.loop is loop:
+                self.flusher.release_waiters()
             await loop.run_in_executor(None, self._release_files)
 
     def close_sync(self) -> None:
@@ -308,12 +308,12 @@ class MessageStore(ReplicaFacade):
         try:
             self._shutdown_and_flush()
         finally:
-            self._flusher.release_waiters()
+            self.flusher.release_waiters()
             self._release_files()
 
     def _shutdown_and_flush(self) -> int:
-        self._retention.shutdown()
-        self._flusher.shutdown()
+        self.retention.shutdown()
+        self.flusher.shutdown()
         if self.reput is not None:
             self.reput.shutdown()
         if not self._state.writable:
@@ -321,7 +321,7 @@ class MessageStore(ReplicaFacade):
         try:
             if self.reput is not None and self.async_dispatchers and not self._state.reput_failed:
                 self.reput.do_reput()  # dispatch what is left (RocketMQ: dispatchBehindBytes() == 0)
-            self._flusher.flush_consume_queues(0)
+            self.flusher.flush_consume_queues(0)
         except BaseException:
             self._state.writable = False  # the abort file stays: the next open recovers abnormally
             raise
@@ -395,12 +395,12 @@ class MessageStore(ReplicaFacade):
     def wait_flushed(self, commit_log_offset_end: int) -> Awaitable[PutStatus]:
         """:meth:`StoreFlusher.wait_flushed <quasar.storage.store_flushing.StoreFlusher.wait_flushed>`: PUT_OK
         once the commit log is durable up to ``commit_log_offset_end`` (bytes)."""
-        return self._flusher.wait_flushed(commit_log_offset_end)
+        return self.flusher.wait_flushed(commit_log_offset_end)
 
     def on_flushed(self, commit_log_offset_end: int, callback: FlushCallback) -> None:
         """:meth:`StoreFlusher.on_flushed <quasar.storage.store_flushing.StoreFlusher.on_flushed>`:
         ``callback(status)`` once the commit log is durable up to ``commit_log_offset_end`` (no future)."""
-        self._flusher.on_flushed(commit_log_offset_end, callback)
+        self.flusher.on_flushed(commit_log_offset_end, callback)
 
     async def put_and_wait(
         self,
@@ -516,14 +516,14 @@ class MessageStore(ReplicaFacade):
         Raises :class:`StoreClosedError` when not open, OSError when a sync fails.
         """
         self._check_open()
-        self._flusher.flush_consume_queues(0)
+        self.flusher.flush_consume_queues(0)
         return self.commit_log.flushed_offset
 
     def flush_consume_queues(self, least_pages: int = 0) -> None:
         """Flush the consume queues; a thorough round (0) also the index, the commit log and the checkpoint
         (:meth:`StoreFlusher.flush_consume_queues
         <quasar.storage.store_flushing.StoreFlusher.flush_consume_queues>`). Blocking."""
-        self._flusher.flush_consume_queues(least_pages)
+        self.flusher.flush_consume_queues(least_pages)
 
     # -- retention (StoreRetention) ---------------------------------------------------------------------------
 
@@ -531,22 +531,22 @@ class MessageStore(ReplicaFacade):
         """Units of (topic, queue id) below ``queue_offset`` are no longer needed (retention may reclaim them);
         never moves back (:meth:`StoreRetention.set_queue_min_offset
         <quasar.storage.clean_service.StoreRetention.set_queue_min_offset>`). Loop thread."""
-        self._retention.set_queue_min_offset(topic, queue_id, queue_offset)
+        self.retention.set_queue_min_offset(topic, queue_id, queue_offset)
 
     @property
     def queue_min_offsets(self) -> dict[tuple[str, int], int]:
         """Per (topic, queue id): the offset given to :meth:`set_queue_min_offset` (do not mutate)."""
-        return self._retention.queue_min_offsets
+        return self.retention.queue_min_offsets
 
     def clean_once(self, *, now_s: float | None = None, force: bool = False) -> CleanResult:
         """One round of the clean service; ``force`` deletes expired files at any hour (RocketMQ's manual
         deletion). Blocking: the clean thread, or a test."""
-        return self._retention.clean_once(now_s=now_s, force=force)
+        return self.retention.clean_once(now_s=now_s, force=force)
 
     def run_on_loop(self, action: Callable[[], T]) -> T:
         """Run ``action`` on the store's event loop thread and return its result (blocking from another
         thread; directly before ``start()``)."""
-        return self._retention.run_on_loop(action)
+        return self.retention.run_on_loop(action)
 
     # -- state -------------------------------------------------------------------------------------------------
 
@@ -586,8 +586,8 @@ class MessageStore(ReplicaFacade):
             flushed_commit_log_offset=self.commit_log.flushed_offset,
             dispatched_commit_log_offset=self._writer.dispatch_mark[0],
             consume_queues=len(self.consume_queues),
-            group_commit_rounds=self._flusher.group_commit_rounds,
-            pending_flush_waiters=self._flusher.pending_waiters,
+            group_commit_rounds=self.flusher.group_commit_rounds,
+            pending_flush_waiters=self.flusher.pending_waiters,
             writable=self._state.writable,
             dispatch_behind_bytes=self.reput.dispatch_behind_bytes if self.reput is not None else 0,
             disk_full=self._state.disk_full,

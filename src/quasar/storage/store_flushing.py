@@ -18,7 +18,13 @@ from collections.abc import Awaitable, Iterator
 
 from quasar.storage.checkpoint import StoreCheckpoint
 from quasar.storage.errors import StoreClosedError, StoreNotWritableError
-from quasar.storage.flush import FlushCallback, FlushDiskType, GroupCommitService, PeriodicFlushService
+from quasar.storage.flush import (
+    FlushCallback,
+    FlushDiskType,
+    FlushLatencyObserver,
+    GroupCommitService,
+    PeriodicFlushService,
+)
 from quasar.storage.reput import ReputMessageService
 from quasar.storage.status import PutStatus
 from quasar.storage.store_parts import StoreParts
@@ -51,6 +57,8 @@ class StoreFlusher:
         """The periodic consume queue flush thread (after :meth:`start`)."""
         self._flush_lock = threading.Lock()
         self._consume_queue_flush_lock = threading.Lock()
+        self.latency_observer: FlushLatencyObserver | None = None
+        """SYNC_FLUSH: told each group commit round's fdatasync duration (s), on the loop thread."""
 
     def open(self, checkpoint: StoreCheckpoint, reput: ReputMessageService) -> None:
         """Take the checkpoint to write and the reput service whose progress bounds the index flush (the
@@ -71,6 +79,7 @@ class StoreFlusher:
                 sync_flush_timeout_ms=config.sync_flush_timeout_ms,
                 on_error=self._on_flush_error,
             )
+            self.group_commit.latency_observer = self._observe_latency
             self.group_commit.start_on(loop, self._commit_log.flushed_offset)
         else:
             self.commit_log_flusher = PeriodicFlushService(
@@ -221,6 +230,11 @@ class StoreFlusher:
     def pending_waiters(self) -> int:
         """``wait_flushed`` futures not resolved yet."""
         return self.group_commit.pending if self.group_commit is not None else 0
+
+    def _observe_latency(self, seconds: float) -> None:
+        observer = self.latency_observer
+        if observer is not None:
+            observer(seconds)
 
     def _on_flush_error(self, exc: BaseException) -> None:
         log.error("message store: flush failed, the store refuses writes from now on: %r", exc)

@@ -1,8 +1,11 @@
 """Authentication and authorization of the admin REST API (Pulsar's ``AuthenticationFilter`` and the
 ``validate*`` checks of its admin resources; reference/security.md §2-3).
 
-With ``authentication_enabled`` every request but ``GET /status.html`` (Pulsar's health page) is
-authenticated from ``Authorization: Bearer <jwt>``, ``Authorization: Basic <base64 user:password>`` or the TLS
+With ``authentication_enabled`` every request but ``GET /status.html`` (Pulsar's health page),
+``GET /admin/v2/openapi.json`` (the API's description), the dashboard's static files (``/dashboard``,
+``/dashboard/``, ``/dashboard/static/{name}``: they hold no data; the page's API calls carry the user's token)
+and, unless ``authenticate_metrics_endpoint`` is set (Pulsar's ``authenticateMetricsEndpoint``), ``GET /metrics``
+is authenticated from ``Authorization: Bearer <jwt>``, ``Authorization: Basic <base64 user:password>`` or the TLS
 client certificate (``quasar.security.authentication``): 401 ``{"reason": ...}`` when that fails. With
 ``authorization_enabled`` the role must then hold the route's :class:`Requirement` (403 otherwise):
 
@@ -15,7 +18,7 @@ client certificate (``quasar.security.authentication``): 401 ``{"reason": ...}``
 - ``TOPIC_CONSUME``: subscriptions, last message id, message query, creating, deleting, skipping, expiring,
   resetting and peeking a subscription: consume (and the subscription's roles; Pulsar's SUBSCRIBE, SKIP,
   EXPIRE_MESSAGES, RESET_CURSOR and PEEK_MESSAGES topic operations);
-- ``AUTHENTICATED``: the cluster list.
+- ``AUTHENTICATED``: the cluster list, and ``/metrics`` when it is authenticated.
 
 The requirement of a request is found by its route (method and path template), so every route is covered,
 including ones added later (they default to ``SUPER_USER``).
@@ -29,6 +32,7 @@ from types import MappingProxyType
 
 from aiohttp import web
 
+from quasar.broker.admin.dashboard_routes import DASHBOARD_ROUTES
 from quasar.broker.admin.tls import peer_certificate_der
 from quasar.broker.auth import BrokerSecurity
 from quasar.protocol import TopicName
@@ -36,7 +40,9 @@ from quasar.protocol.errors import InvalidTopicNameError
 from quasar.security.authentication import AuthenticationError
 
 __all__ = [
+    "METRICS_PATH",
     "OPEN_PATHS",
+    "OPEN_ROUTES",
     "ROUTE_REQUIREMENTS",
     "Requirement",
     "auth_middleware",
@@ -44,8 +50,16 @@ __all__ = [
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-OPEN_PATHS = frozenset({"/status.html"})
-"""Paths served without authentication (Pulsar's health page)."""
+OPEN_PATHS = frozenset({"/status.html", "/admin/v2/openapi.json"})
+"""Paths always served without authentication (Pulsar's health page; the API's OpenAPI document, which
+describes no data)."""
+
+METRICS_PATH = "/metrics"
+"""Prometheus metrics: open unless ``authenticate_metrics_endpoint`` (Pulsar's default)."""
+
+OPEN_ROUTES = DASHBOARD_ROUTES
+"""Route templates served without authentication: the dashboard's static files (matched by route, so a path
+that only starts like one, or is routed elsewhere after normalization, is still authenticated)."""
 
 
 class Requirement(enum.Enum):
@@ -68,6 +82,7 @@ _R = Requirement
 ROUTE_REQUIREMENTS = MappingProxyType(
     {
         ("GET", "/admin/v2/clusters"): _R.AUTHENTICATED,
+        ("GET", METRICS_PATH): _R.AUTHENTICATED,
         ("GET", "/admin/v2/namespaces/{tenant}"): _R.TENANT_ADMIN,
         ("PUT", _NS): _R.TENANT_ADMIN,
         ("GET", "/admin/v2/{domain}/{tenant}/{namespace}"): _R.NAMESPACE_LOOKUP,
@@ -153,14 +168,18 @@ def _reply(status: int, reason: str) -> web.Response:
     return web.json_response({"reason": reason}, status=status)
 
 
-def auth_middleware(security: BrokerSecurity) -> Callable[..., Awaitable[web.StreamResponse]]:
+def auth_middleware(
+    security: BrokerSecurity, *, authenticate_metrics_endpoint: bool = False
+) -> Callable[..., Awaitable[web.StreamResponse]]:
     """The middleware authenticating and authorizing every admin request (module docstring); it passes
-    everything through when authentication is off."""
+    everything through when authentication is off, and ``GET /metrics`` unless
+    ``authenticate_metrics_endpoint``."""
+    open_paths = OPEN_PATHS if authenticate_metrics_endpoint else OPEN_PATHS | {METRICS_PATH}
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         authentication = security.authentication
-        if authentication is None or request.path in OPEN_PATHS:
+        if authentication is None or request.path in open_paths or _open_route(request):
             return await handler(request)
         try:
             result = authentication.authenticate_http(
@@ -176,6 +195,11 @@ def auth_middleware(security: BrokerSecurity) -> Callable[..., Awaitable[web.Str
         return await handler(request)
 
     return middleware
+
+
+def _open_route(request: web.Request) -> bool:
+    resource = request.match_info.route.resource
+    return request.method in ("GET", "HEAD") and resource is not None and resource.canonical in OPEN_ROUTES
 
 
 def _denial(security: BrokerSecurity, request: web.Request, role: str) -> str | None:

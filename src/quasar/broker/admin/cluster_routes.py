@@ -23,6 +23,7 @@ from urllib.parse import urlencode
 
 from aiohttp import web
 
+from quasar.broker.admin.request_params import query_flag
 from quasar.broker.admin.request_params import service_of as _service
 from quasar.broker.broker_service import BrokerService
 from quasar.broker.cluster.model import LookupKind
@@ -106,7 +107,7 @@ async def lookup(request: web.Request) -> web.Response:
     topic = _topic(request)
     listener = request.query.get("listenerName", "")
     answer = await _service(request).lookup(
-        topic, authoritative=request.query.get("authoritative", "false").lower() == "true", listener=listener
+        topic, authoritative=query_flag(request, "authoritative"), listener=listener
     )
     if answer.kind is LookupKind.REDIRECT:  # Pulsar's HTTP lookup redirects (307) to the broker to ask
         query = {"authoritative": "true", **({"listenerName": listener} if listener else {})}

@@ -17,6 +17,7 @@ import json
 from aiohttp import web
 
 from quasar.broker.admin.app_keys import SERVICE_KEY
+from quasar.broker.admin.request_params import TOPIC_PATH
 from quasar.broker.compaction.service import (
     COMPACTION_THRESHOLD,
     CompactionInProgressError,
@@ -28,7 +29,7 @@ from quasar.protocol import TopicName
 
 __all__ = ["OWNER_ONLY", "register"]
 
-_TOPIC = "/admin/v2/{domain}/{tenant}/{namespace}/{topic}"
+_TOPIC = TOPIC_PATH
 _NAMESPACE = "/admin/v2/namespaces/{tenant}/{namespace}"
 
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from aiohttp import web
 
+from quasar.broker.admin.request_params import TOPIC_PATH
 from quasar.broker.admin.request_params import existing_namespace as _namespace
 from quasar.broker.admin.request_params import service_of as _service
 from quasar.broker.errors import NotAllowedError
@@ -155,7 +156,7 @@ def register(app: web.Application) -> None:
     """Add the permission routes (module docstring) to the admin application; call it before the routes
     whose templates could shadow them (``{topic}`` catch-alls)."""
     ns = "/admin/v2/namespaces/{tenant}/{namespace}/permissions"
-    topic = "/admin/v2/{domain}/{tenant}/{namespace}/{topic}/permissions"
+    topic = TOPIC_PATH + "/permissions"
     app.add_routes(
         [
             web.get(ns, get_namespace_permissions),

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from quasar.broker.admin.app_keys import SERVICE_KEY
+from quasar.broker.admin.request_params import TOPIC_PATH
 from quasar.broker.errors import NamespaceNotFoundError, NotAllowedError, TopicNotFoundError
 from quasar.broker.topic import PersistentTopic
 from quasar.protocol import TopicName
@@ -216,4 +217,4 @@ async def _query_messages(request: web.Request) -> web.Response:
 
 def register(app: web.Application) -> None:
     """Add the query route to the admin application."""
-    app.router.add_get("/admin/v2/{domain}/{tenant}/{namespace}/{topic}/messages", query_messages)
+    app.router.add_get(TOPIC_PATH + "/messages", query_messages)

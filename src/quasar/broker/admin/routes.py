@@ -19,6 +19,8 @@ from quasar.broker.admin import (
     broker_stats_routes,
     cluster_routes,
     compaction_routes,
+    dashboard_routes,
+    openapi_route,
     permission_routes,
     schema_routes,
     subscription_routes,
@@ -29,9 +31,15 @@ from quasar.broker.admin import query as query_routes
 from quasar.broker.admin.app_keys import SERVICE_KEY
 from quasar.broker.admin.auth import auth_middleware
 from quasar.broker.admin.bad_request_log import install_bad_request_log_filter
+from quasar.broker.admin.request_params import DOMAIN_LIST_PATH, TOPIC_PATH, query_flag
 from quasar.broker.admin.request_params import existing_namespace as _namespace
 from quasar.broker.admin.request_params import service_of as _service
-from quasar.broker.admin.validation import parse_json, validate_namespace_policies, validate_tenant_info
+from quasar.broker.admin.validation import (
+    parse_json,
+    parse_message_ttl,
+    validate_namespace_policies,
+    validate_tenant_info,
+)
 from quasar.broker.broker_service import BrokerService, TopicExistsError
 from quasar.broker.errors import (
     BrokerError,
@@ -59,13 +67,18 @@ def _error(status: int, reason: str) -> web.Response:
 
 @web.middleware
 async def _errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Map Quasar errors to Pulsar's admin status codes; nothing escapes as a bare 500 traceback."""
+    """Map Quasar errors to Pulsar's admin status codes; nothing escapes as a bare 500 traceback, and every
+    error answer is ``{"reason": ...}`` JSON, aiohttp's own 404/405 included."""
     try:
         return await handler(request)
     except web.HTTPRequestEntityTooLarge as exc:  # past http_max_request_size (Pulsar httpMaxRequestSize)
         return _error(413, exc.text or "request body too large")
-    except web.HTTPException:
-        raise
+    except web.HTTPException as exc:
+        if exc.status < 400 or exc.content_type == "application/json":
+            raise
+        # aiohttp's own answers (no route: 404, wrong method: 405 with Allow) as Pulsar's JSON error
+        kept = {k: v for k, v in exc.headers.items() if k.lower() not in ("content-type", "content-length")}
+        return web.json_response({"reason": exc.reason}, status=exc.status, headers=kept)
     except InvalidTopicNameError as exc:  # Pulsar: 412 "Topic name is not valid" / "... name is not valid"
         return _error(412, str(exc))
     except (ValueError, json.JSONDecodeError) as exc:
@@ -215,8 +228,8 @@ async def get_internal_stats(request: web.Request) -> web.Response:
             "ledgers": [
                 {
                     "ledgerId": r.ledger_id,
-                    "entries": r.entries,
-                    "size": r.size_bytes,
+                    "entries": r.entries or 0,  # the open ledger: 0 until it closes (Pulsar's LedgerInfo)
+                    "size": r.size_bytes or 0,
                     "createdMs": r.created_ms,
                 }
                 for r in ledgers
@@ -261,7 +274,7 @@ async def delete_subscription(request: web.Request) -> web.Response:
     consumers are connected unless ``force``, which disconnects them first; 404 for an unknown one."""
     topic = _topic(request)
     name = request.match_info["subscription"]
-    force = request.query.get("force", "false").lower() == "true"
+    force = query_flag(request, "force")
     loaded = await _service(request).get_or_create_topic(topic, create=False)
     subscription = loaded.subscriptions.get(name)
     if subscription is None:
@@ -328,19 +341,13 @@ async def delete_topic_deduplication(request: web.Request) -> web.Response:
 
 
 # ---------------------------------------------------------------------- retention, TTL, backlog quota
-def _parse_ttl(body: Any) -> int:
-    if type(body) is not int or body < 0:
-        raise ValueError(f"messageTTL must be an integer >= 0 (seconds), got {body!r}")
-    return body
-
-
 def _parse_quota(body: Any) -> dict[str, Any]:
     return BacklogQuota.from_json(body).to_json()
 
 
 _POLICY_PARSERS: dict[str, Callable[[Any], Any]] = {
     RETENTION: parse_retention,
-    MESSAGE_TTL: _parse_ttl,
+    MESSAGE_TTL: parse_message_ttl,
     BACKLOG_QUOTA: _parse_quota,
 }
 
@@ -351,14 +358,17 @@ def _policy_handlers(key: str) -> tuple[Handler, Handler, Handler, Handler, Hand
     parse = _POLICY_PARSERS[key]
 
     async def body_value(request: web.Request) -> Any:
+        text = await request.text()
         if key == MESSAGE_TTL and "messageTTL" in request.query:
+            if text.strip():
+                raise ValueError("give the message TTL either as ?messageTTL= or as the body, not both")
+            raw = request.query["messageTTL"]
             try:
-                return parse(int(request.query["messageTTL"]))
+                value = int(raw)
             except ValueError:
-                raise ValueError(
-                    f"messageTTL must be an integer, got {request.query['messageTTL']!r}"
-                ) from None
-        return parse(await _json_body(request))
+                raise ValueError(f"messageTTL must be an integer, got {raw!r:.50}") from None
+            return parse(value)
+        return parse(parse_json(text))
 
     async def post_namespace(request: web.Request) -> web.Response:
         namespace = _namespace(request)
@@ -412,24 +422,30 @@ def _policy_routes(topic: str) -> list[web.RouteDef]:
     return routes
 
 
-def build_admin_app(service: BrokerService, *, max_request_size: int = 10 * 1024 * 1024) -> web.Application:
+def build_admin_app(
+    service: BrokerService,
+    *,
+    max_request_size: int = 10 * 1024 * 1024,
+    authenticate_metrics_endpoint: bool = False,
+) -> web.Application:
     """The admin REST application for ``service``, authenticated and authorized by ``service.security``
-    (``admin.auth``); request bodies past ``max_request_size`` bytes (``http_max_request_size``) are refused
-    with 413 before they are buffered whole; requests aiohttp cannot parse are logged as one rate-limited line
-    (``bad_request_log``)."""
+    (``admin.auth``; ``/metrics`` only with ``authenticate_metrics_endpoint``); request bodies past
+    ``max_request_size`` bytes (``http_max_request_size``) are refused with 413 before they are buffered whole;
+    requests aiohttp cannot parse are logged as one rate-limited line (``bad_request_log``)."""
     install_bad_request_log_filter()
     owner_only = (get_stats, get_internal_stats, get_subscriptions, get_last_message_id, delete_subscription,
                   put_topic, query_routes.query_messages, *topic_routes.OWNER_ONLY,
                   *compaction_routes.OWNER_ONLY, *subscription_routes.OWNER_ONLY)  # fmt: skip
     app = web.Application(
         middlewares=[
-            auth_middleware(service.security),
+            auth_middleware(service.security, authenticate_metrics_endpoint=authenticate_metrics_endpoint),
             _errors_middleware,
             cluster_routes.owner_redirect_middleware(owner_only),
         ],
         client_max_size=max_request_size,
     )
     app[SERVICE_KEY] = service
+    openapi_route.register(app)  # GET /admin/v2/openapi.json, this API's OpenAPI 3.1 document
     permission_routes.register(app)  # grants: before the {topic} templates
     topic_routes.register(app)  # POST .../{topic}/terminate[/partitions] (Pulsar topic termination)
     compaction_routes.register(app)  # PUT/GET .../{topic}/compaction, namespaces/.../compactionThreshold
@@ -438,7 +454,7 @@ def build_admin_app(service: BrokerService, *, max_request_size: int = 10 * 1024
     tenant_routes.register(app)  # GET/POST/DELETE tenants/{t}, GET/DELETE namespaces/{t}/{ns}[/topics]
     broker_stats_routes.register(app)  # GET /admin/v2/broker-stats/load-report (loaded topics, idle unloads)
     subscription_routes.register(app)  # create/skip/expire/resetcursor/peek subscriptions, unload, stats
-    topic = "/admin/v2/{domain}/{tenant}/{namespace}/{topic}"
+    topic = TOPIC_PATH
     app.add_routes(
         [
             web.get("/status.html", get_status),
@@ -447,8 +463,8 @@ def build_admin_app(service: BrokerService, *, max_request_size: int = 10 * 1024
             web.put("/admin/v2/tenants/{tenant}", put_tenant),
             web.get("/admin/v2/namespaces/{tenant}", get_namespaces),
             web.put("/admin/v2/namespaces/{tenant}/{namespace}", put_namespace),
-            web.get("/admin/v2/{domain}/{tenant}/{namespace}", list_topics),
-            web.get("/admin/v2/{domain}/{tenant}/{namespace}/partitioned", list_partitioned_topics),
+            web.get(DOMAIN_LIST_PATH, list_topics),
+            web.get(DOMAIN_LIST_PATH + "/partitioned", list_partitioned_topics),
             web.put(topic + "/partitions", put_partitions),
             web.get(topic + "/partitions", get_partitions),
             web.get(topic + "/stats", get_stats),
@@ -469,5 +485,6 @@ def build_admin_app(service: BrokerService, *, max_request_size: int = 10 * 1024
         ]
     )
     cluster_routes.register(app)
+    dashboard_routes.register(app)  # GET /dashboard/ and /dashboard/static/{name}: the web dashboard's files
     subscription_routes.register_last(app)  # DELETE .../{topic}[/partitions]: 405 (no topic deletion)
     return app

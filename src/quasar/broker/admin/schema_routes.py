@@ -35,6 +35,7 @@ from typing import Any
 from aiohttp import web
 
 from quasar.broker.admin.request_params import existing_namespace as _namespace
+from quasar.broker.admin.request_params import query_flag
 from quasar.broker.admin.request_params import service_of as _service
 from quasar.broker.schema import (
     IncompatibleSchemaError,
@@ -155,7 +156,7 @@ async def post_schema(request: web.Request) -> web.Response:
 async def delete_schema(request: web.Request) -> web.Response:
     """DELETE .../schema[?force=true] (module docstring)."""
     _, sid = _topic(request)
-    force = request.query.get("force", "false").lower() == "true"
+    force = query_flag(request, "force")
     registry = _service(request).schemas
     if not await registry.has_schema(sid) and not (force and await registry.all_versions(sid)):
         return _reason(404, "Schema not found")

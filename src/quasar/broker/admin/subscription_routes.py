@@ -36,6 +36,7 @@ from typing import Any
 from aiohttp import web
 
 from quasar.broker.admin.peek import peek_response
+from quasar.broker.admin.request_params import TOPIC_PATH, query_flag
 from quasar.broker.admin.request_params import service_of as _service
 from quasar.broker.admin.validation import parse_json
 from quasar.broker.broker_service import TopicExistsError
@@ -49,7 +50,7 @@ from quasar.protocol.enums import InitialPosition
 
 __all__ = ["OWNER_ONLY", "register", "register_last"]
 
-_TOPIC = "/admin/v2/{domain}/{tenant}/{namespace}/{topic}"
+_TOPIC = TOPIC_PATH
 _SUB = _TOPIC + "/subscription/{subscription}"
 _LATEST = 2**63 - 1  # Java Long.MAX_VALUE: MessageId.latest
 
@@ -247,22 +248,29 @@ async def peek(request: web.Request) -> web.Response:
     return peek_response(position, entry.data)
 
 
-_SUMMED = ("msgInCounter", "bytesInCounter", "msgOutCounter", "storageSize")
+_SUMMED = ("msgRateIn", "msgThroughputIn", "msgRateOut", "msgThroughputOut", "msgInCounter", "bytesInCounter",
+           "msgOutCounter", "bytesOutCounter", "storageSize")  # fmt: skip
+_SUB_SUMMED = (
+    "msgBacklog",
+    "unackedMessages",
+    "msgRateOut",
+    "msgThroughputOut",
+    "msgOutCounter",
+    "bytesOutCounter",
+)
 
 
 def _aggregate(stats: list[dict[str, Any]]) -> dict[str, Any]:
-    """PartitionedTopicStats' aggregate: counters summed, publishers listed, subscriptions merged (backlog
-    and unacked summed, consumers listed)."""
+    """PartitionedTopicStats' aggregate: counters and rates summed, publishers listed, subscriptions merged
+    (backlog, unacked, out counters and rates summed, consumers listed)."""
     total: dict[str, Any] = {key: sum(s.get(key, 0) for s in stats) for key in _SUMMED}
     total["publishers"] = [p for s in stats for p in s.get("publishers", [])]
     subscriptions: dict[str, dict[str, Any]] = {}
     for partition in stats:
         for name, sub in partition.get("subscriptions", {}).items():
-            merged = subscriptions.setdefault(
-                name, {**sub, "msgBacklog": 0, "unackedMessages": 0, "consumers": []}
-            )
-            merged["msgBacklog"] += sub["msgBacklog"]
-            merged["unackedMessages"] += sub["unackedMessages"]
+            merged = subscriptions.setdefault(name, {**sub, **dict.fromkeys(_SUB_SUMMED, 0), "consumers": []})
+            for key in _SUB_SUMMED:
+                merged[key] += sub.get(key, 0)
             merged["consumers"] += sub["consumers"]
     total["subscriptions"] = subscriptions
     return total
@@ -273,7 +281,7 @@ async def partitioned_stats(request: web.Request) -> web.Response:
     name = _topic_name(request)
     if _service(request).partitions(name) == 0:
         raise TopicNotFoundError("Partitioned Topic not found")
-    per_partition = request.query.get("perPartition", "true").lower() != "false"
+    per_partition = query_flag(request, "perPartition", default=True)
     stats: dict[str, dict[str, Any]] = {}
     for partition in _targets(request):
         try:
@@ -345,6 +353,6 @@ def register(app: web.Application) -> None:
 
 
 def register_last(app: web.Application) -> None:
-    """Add ``DELETE .../{topic}`` and ``DELETE .../{topic}/partitions``; call after every other route, as the
-    ``{domain}`` template also matches ``DELETE /admin/v2/namespaces/{tenant}/{ns}/<policy>``."""
+    """Add ``DELETE .../{topic}`` and ``DELETE .../{topic}/partitions``; call after every other route, so
+    that the ``{topic}`` templates never take a more specific path."""
     app.add_routes([web.delete(_TOPIC, delete_topic), web.delete(_TOPIC + "/partitions", delete_topic)])

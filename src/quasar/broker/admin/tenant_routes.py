@@ -26,6 +26,7 @@ from typing import Any
 from aiohttp import web
 
 from quasar.broker.admin.request_params import existing_namespace as _namespace
+from quasar.broker.admin.request_params import query_flag
 from quasar.broker.admin.request_params import service_of as _service
 from quasar.broker.admin.validation import parse_json, validate_tenant_info
 from quasar.broker.broker_service import BrokerService, TopicExistsError
@@ -61,7 +62,7 @@ def _reason(status: int, reason: str) -> web.Response:
 
 
 def _force(request: web.Request) -> bool:
-    return request.query.get("force", "false").lower() == "true"
+    return query_flag(request, "force")
 
 
 def _tenant(request: web.Request) -> str:

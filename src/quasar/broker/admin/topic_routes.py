@@ -21,13 +21,14 @@ from typing import Any
 from aiohttp import web
 
 from quasar.broker.admin.app_keys import SERVICE_KEY
+from quasar.broker.admin.request_params import TOPIC_PATH
 from quasar.broker.errors import NotAllowedError, TopicNotFoundError
 from quasar.broker.topic import PersistentTopic
 from quasar.protocol import TopicName
 
 __all__ = ["OWNER_ONLY", "register"]
 
-_TOPIC = "/admin/v2/{domain}/{tenant}/{namespace}/{topic}"
+_TOPIC = TOPIC_PATH
 
 
 def _topic_name(request: web.Request) -> TopicName:

@@ -16,6 +16,7 @@ from typing import Any
 from quasar.broker.policies import (
     BACKLOG_QUOTA,
     DEDUPLICATION,
+    INT32_MAX,
     MESSAGE_TTL,
     RETENTION,
     BacklogQuota,
@@ -26,6 +27,7 @@ __all__ = [
     "MAX_JSON_DEPTH",
     "json_depth",
     "parse_json",
+    "parse_message_ttl",
     "validate_namespace_policies",
     "validate_tenant_info",
 ]
@@ -91,9 +93,10 @@ def validate_tenant_info(body: Any) -> dict[str, Any]:
     return info
 
 
-def _ttl(value: Any) -> int:
-    if type(value) is not int or value < 0:
-        raise ValueError(f"{MESSAGE_TTL} must be an integer >= 0 (seconds), got {value!r:.100}")
+def parse_message_ttl(value: Any) -> int:
+    """A message TTL in seconds: an integer in [0, 2^31 - 1] (Pulsar's ``Integer``); raises ValueError (400)."""
+    if type(value) is not int or not 0 <= value <= INT32_MAX:
+        raise ValueError(f"messageTTL must be an integer in [0, {INT32_MAX}] (seconds), got {value!r:.100}")
     return value
 
 
@@ -110,7 +113,7 @@ def _quota(value: Any) -> dict[str, Any]:
 _POLICY_CHECKS: dict[str, Callable[[Any], Any]] = {
     DEDUPLICATION: _dedup,
     RETENTION: parse_retention,
-    MESSAGE_TTL: _ttl,
+    MESSAGE_TTL: parse_message_ttl,
     BACKLOG_QUOTA: _quota,
 }
 

@@ -24,6 +24,7 @@ from quasar.protocol.enums import ServerError
 
 __all__ = [
     "BROKERS_ROOT",
+    "INTERNAL_LISTENER_NAME",
     "PLACEMENT_ROOT",
     "BrokerInfo",
     "LookupAnswer",
@@ -36,6 +37,11 @@ BROKERS_ROOT = "/cluster/brokers"
 PLACEMENT_ROOT = "/cluster/placement"
 
 _SCHEMES = ("pulsar", "pulsar+ssl")
+
+
+INTERNAL_LISTENER_NAME = "internal"
+"""The listener name of a broker configured without advertised listeners (Pulsar's ``internalListenerName``
+default): a client that names it reaches that broker's own URLs."""
 
 
 class UnknownListenerError(BrokerError):
