@@ -171,6 +171,22 @@ OPERATIONS: list[Op] = [
     ),
     (
         "GET",
+        "/admin/v2/broker-stats/load-report",
+        "getLoadReport",
+        "broker-stats",
+        "Topics, producers and consumers loaded on this broker, and idle topics unloaded since the start",
+        {"ok": ok(ref("LoadReport"))},
+    ),
+    (
+        "GET",
+        "/admin/v2/broker-stats/topics",
+        "getLoadedTopicsStats",
+        "broker-stats",
+        "Stats of every topic loaded in memory (an unloaded topic is not listed)",
+        {"ok": ok(ref("LoadedTopicsStats"))},
+    ),
+    (
+        "GET",
         "/admin/v2/replication",
         "getReplication",
         "replication",

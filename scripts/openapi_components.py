@@ -323,6 +323,34 @@ SCHEMAS: dict[str, Any] = {
             "intervalMs": {"type": "number"},
         },
     },
+    "LoadReport": {
+        "type": "object",
+        "description": "Pulsar's LocalBrokerData (subset): what this broker holds in memory now.",
+        "required": ["numTopics", "numProducers", "numConsumers", "inactiveTopicsUnloaded"],
+        "properties": {
+            "pulsarServiceUrl": {"type": "string"},
+            "webServiceUrl": {"type": "string"},
+            "numTopics": {"type": "integer", "description": "topics loaded in memory"},
+            "numProducers": {"type": "integer"},
+            "numConsumers": {"type": "integer"},
+            "inactiveTopicsUnloaded": {
+                "type": "integer",
+                "description": "topics unloaded as idle since the broker started (Quasar)",
+            },
+        },
+    },
+    "LoadedTopicsStats": {
+        "type": "object",
+        "description": "namespace -> bundle (one: 0x00000000_0xffffffff) -> domain -> topic -> TopicStats, for"
+        " the loaded topics only",
+        "additionalProperties": {
+            "type": "object",
+            "additionalProperties": {
+                "type": "object",
+                "additionalProperties": {"type": "object", "additionalProperties": ref("TopicStats")},
+            },
+        },
+    },
     "ReplicationStatus": {
         "type": "object",
         "description": "role, master epoch, leader, sync-state set, and per slave (on a master) its state.",

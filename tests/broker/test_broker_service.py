@@ -166,3 +166,18 @@ async def test_close_cancels_pending_loads(broker: Broker):
     await service.close()
     with pytest.raises(asyncio.CancelledError):
         await waiter
+
+
+async def test_namespace_topic_count_counts_partitions_once_and_other_namespaces_not(broker: Broker):
+    service = broker.service
+    await service.create_namespace("public/quota", {})
+    await service.create_partitioned_topic(TopicName.parse("persistent://public/quota/p"), 3)
+    for local in ("a", "b", "p-partition-0", "p-partition-1", "p-partition-7", "q-partition-0"):
+        await service.get_or_create_topic(TopicName.parse(f"persistent://public/quota/{local}"))
+    await service.get_or_create_topic(TopicName.parse("persistent://public/default/elsewhere"))
+    await service.get_or_create_topic(TopicName.parse("non-persistent://public/quota/np"))
+    # p counts 3; a, b, p-partition-7 (past p's count) and q-partition-0 (no partitioned q) one each; np one
+    assert service.count_topics("public/quota") == 3 + 4 + 1
+    await service.delete_topic(TopicName.parse("persistent://public/quota/a"))
+    await service.delete_topic(TopicName.parse("non-persistent://public/quota/np"))
+    assert service.count_topics("public/quota") == 3 + 3

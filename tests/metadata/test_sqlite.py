@@ -145,6 +145,18 @@ async def test_children_of_a_large_tree_use_range_seeks(tmp_path: Path, trace: T
     await store.close()
 
 
+async def test_leaf_children_are_listed_in_batches_not_a_query_each(tmp_path: Path, trace: Trace):
+    """The managed-ledger names at broker start: 100,000 leaves under one parent must not take 100,000 queries."""
+    store = await SqliteMetadataStore.open(tmp_path / "m.db")
+    names = [f"t{i:05d}" for i in range(3000)] + ["t1-x", "t1.y"]  # siblings sorting around t1's subtree
+    await store.multi([Put(f"/ml/{name}", b"{}") for name in names] + [Put("/ml/t00001/deep/er", b"{}")])
+    trace.clear()
+    assert await store.get_children("/ml") == sorted(names)
+    selects = count(trace, lambda sql: sql.startswith("SELECT"))
+    assert selects <= 3002 // 256 + 3, selects
+    await store.close()
+
+
 async def test_ephemeral_rows_of_a_crashed_process_are_dropped_at_open(tmp_path: Path):
     path = tmp_path / "m.db"
     crashed = await SqliteMetadataStore.open(path)

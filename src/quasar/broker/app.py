@@ -340,6 +340,12 @@ class BrokerApp:
         service.compaction.threshold_bytes = config.broker_service_compaction_threshold_in_bytes
         service.compaction.monitor_interval_s = config.broker_service_compaction_monitor_interval_in_seconds
         service.compaction.start()
+        service.inactive_topics.configure(
+            enabled=config.broker_unload_inactive_topics_enabled,
+            frequency_s=config.broker_unload_inactive_topics_frequency_seconds,
+            max_inactive_s=config.broker_unload_inactive_topics_max_inactive_duration_seconds,
+        )
+        service.inactive_topics.start()
         self._policy_task = asyncio.create_task(self._policy_loop(service), name="broker-policy-checks")
         self.service = service
         log.info("storage opened in %.1f ms", (time.monotonic() - started) * 1000)
@@ -367,7 +373,7 @@ class BrokerApp:
                 admin_metadata,
                 self.broker_info(),
                 resources=service.resources,
-                has_local_data=lambda name: name in factory.names(),
+                has_local_data=factory.exists,
                 partition_count=service.partitions,
                 messages_in_total=service.messages_in_total,
                 report_interval_s=config.load_report_interval_s,
@@ -433,6 +439,7 @@ class BrokerApp:
             assert self.service is not None and self.factory is not None
             self.service.read_only = None
             await self.factory.start()
+            self.service.inactive_topics.start()  # stopped by a step-down (serve_as_slave)
             if self.member is not None:
                 await self.member.membership.set_role("master", epoch)
                 for callback in self.member.on_topics_changed:
@@ -451,6 +458,7 @@ class BrokerApp:
                 " until one is back; its slave serves reads"
             )
             await self.factory.start()
+            self.service.inactive_topics.start()
             if self.member is not None:
                 try:
                     await self.member.membership.set_role("slave", epoch, slave_read=True)

@@ -32,6 +32,7 @@ from quasar.broker.errors import (
     ServiceNotReadyError,
     TopicNotFoundError,
 )
+from quasar.broker.inactive_topics import InactiveTopicUnloader
 from quasar.broker.non_persistent import NonPersistentTopic
 from quasar.broker.policies import (
     BACKLOG_QUOTA,
@@ -44,10 +45,11 @@ from quasar.broker.policies import (
     expire_messages,
     parse_retention,
 )
-from quasar.broker.resources import BrokerResources, declared_partition
+from quasar.broker.resources import BrokerResources
 from quasar.broker.schema import SchemaDefaults, SchemaRegistry
 from quasar.broker.subscription import SubscriptionOptions
 from quasar.broker.topic import PersistentTopic
+from quasar.broker.topic_registry import TopicRegistry, count_namespace_topics
 from quasar.errors import QuasarError
 from quasar.ledger.factory import ManagedLedgerFactory
 from quasar.metadata import AlreadyExistsError, MetadataStore, MetadataStoreError
@@ -108,7 +110,7 @@ class BrokerService:
         self.web_service_url = ""
         self.broker_service_url_tls = ""  # "" while there is no TLS listener
         self.web_service_url_tls = ""
-        self.topics: dict[str, PersistentTopic | NonPersistentTopic] = {}
+        self.topics: dict[str, PersistentTopic | NonPersistentTopic] = TopicRegistry()
         self._subscription_options = subscription_options or SubscriptionOptions()
         self._dedup_default = deduplication_enabled
         self.defaults = defaults or PolicyDefaults()
@@ -132,6 +134,10 @@ class BrokerService:
         )
         """Topic compaction (``compaction.service``); the composition root sets its broker.conf threshold and
         starts its monitor."""
+        self.inactive_topics = InactiveTopicUnloader(
+            self.topics, self._loading, lambda: self.factory, self.compaction.running
+        )
+        """Unloads idle topics (``inactive_topics``); the composition root configures and starts it."""
         self.ownership: ClusterOwnership | None = None
         """Set by the composition root of a cluster member (``quasar broker``); None: standalone, this broker
         serves every topic."""
@@ -173,6 +179,7 @@ class BrokerService:
         if self._policy_refresh is not None:
             self._policy_refresh.cancel()
         await self.compaction.close()
+        await self.inactive_topics.close()
         pending = list(self._loading.values())
         for task in pending:
             task.cancel()
@@ -280,7 +287,7 @@ class BrokerService:
         if topic.partition_index >= 0:
             raise NotAllowedError(f"{topic.full_name} is a partition name and cannot be partitioned")
         self._check_namespace(topic)
-        if self.resources.partitions(topic) > 0 or topic.full_name in self.factory.names():
+        if self.resources.partitions(topic) > 0 or self.factory.exists(topic.full_name):
             raise TopicExistsError(f"Topic {topic.full_name} already exists")
         self.check_topics_quota(topic.namespace_name, partitions)
         try:
@@ -301,7 +308,7 @@ class BrokerService:
         """Every topic of ``namespace``: existing managed ledgers plus the partitions of partitioned topics."""
         prefix = f"{domain}://{namespace}/"
         if domain == "persistent":
-            names = {n for n in self.factory.names() if n.startswith(prefix)}
+            names = set(self.factory.names_with_prefix(prefix))
         else:
             names = {n for n in self.topics if n.startswith(prefix)}
         for partitioned, count in self.resources.partitioned_topics(namespace, domain).items():
@@ -349,9 +356,9 @@ class BrokerService:
         name = topic.full_name
         pending = self._loading.get(name)
         if pending is None:
-            if not create and name not in self.factory.names():
+            if not create and not self.factory.exists(name):
                 raise TopicNotFoundError(f"Topic {name} does not exist")
-            if name not in self.factory.names():
+            if not self.factory.exists(name):
                 if self.read_only is not None:
                     raise ServiceNotReadyError(self.read_only)
                 if not self._is_declared_partition(topic):  # those were counted with their partitioned topic
@@ -396,7 +403,7 @@ class BrokerService:
         name = topic.full_name
         loaded = self.topics.get(name)
         if not isinstance(loaded, PersistentTopic):
-            if loaded is not None or name not in self.factory.names():
+            if loaded is not None or not self.factory.exists(name):
                 raise TopicNotFoundError(f"Topic {name} does not exist or is not persistent")
             return
         del self.topics[name]
@@ -427,17 +434,10 @@ class BrokerService:
         """Topics of ``namespace`` as ``max_topics_per_namespace`` counts them (Pulsar: every partition of a
         partitioned topic is one): non-partitioned persistent and loaded non-persistent topics, plus the
         partition count of each partitioned topic."""
-        count = 0
-        for domain in ("persistent", "non-persistent"):
-            partitioned = self.resources.partitioned_topics(namespace, domain)
-            bound = self.max_num_partitions
-            count += sum(n for n in partitioned.values() if not bound or n <= bound)  # past it: not served
-            prefix = f"{domain}://{namespace}/"
-            names = self.factory.names() if domain == "persistent" else self.topics
-            for name in names:
-                if name.startswith(prefix) and not declared_partition(name, partitioned):
-                    count += 1
-        return count
+        assert isinstance(self.topics, TopicRegistry)
+        return count_namespace_topics(
+            namespace, self.factory, self.topics, self.resources.partitioned_topics, self.max_num_partitions
+        )
 
     def check_topics_quota(self, namespace: str, adding: int) -> None:
         """Raise NotAllowedError (binary NotAllowed, admin 412) when ``adding`` more topics would pass

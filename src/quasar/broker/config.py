@@ -35,6 +35,8 @@ _POSITIVE = (
     "max_pending_publish_requests_per_connection",
     "http_max_request_size",
     "broker_service_compaction_monitor_interval_in_seconds",
+    "broker_unload_inactive_topics_frequency_seconds",
+    "broker_unload_inactive_topics_max_inactive_duration_seconds",
     "max_name_length",
     "max_property_length",
     "max_properties_per_command",
@@ -98,6 +100,12 @@ class BrokerConfig:
     - ``broker_service_compaction_threshold_in_bytes`` (0 = off) / ``..._monitor_interval_in_seconds`` (60):
       a topic whose backlog past its compaction horizon exceeds the threshold (the namespace policy
       ``compactionThreshold`` wins) is compacted; checked at that interval (``quasar.broker.compaction``).
+    - ``broker_unload_inactive_topics_enabled`` (true), ``..._frequency_seconds`` (60),
+      ``..._max_inactive_duration_seconds`` (300): a persistent topic with no producer, no consumer and no
+      pending work for that long is unloaded from memory, keeping its data, cursors and deduplication state,
+      and loaded again on next use (Pulsar's ``brokerDeleteInactiveTopics*`` settings, which DELETE such
+      topics); a non-persistent topic with no producer and no subscription that long is dropped, as in
+      Pulsar (``quasar.broker.inactive_topics``).
     - ``max_producers_per_topic`` / ``max_consumers_per_topic`` / ``max_consumers_per_subscription``
       (10,000 each; Pulsar 0 = unlimited, which 0 still means): ProducerBusy "Topic reached max producers
       limit" / ConsumerBusy "Topic reached max consumers limit" / "Subscription reached max consumers limit".
@@ -270,6 +278,9 @@ class BrokerConfig:
     backlog_quota_check_interval_s: float = 60.0
     broker_service_compaction_threshold_in_bytes: int = 0
     broker_service_compaction_monitor_interval_in_seconds: float = 60.0
+    broker_unload_inactive_topics_enabled: bool = True
+    broker_unload_inactive_topics_frequency_seconds: float = 60.0
+    broker_unload_inactive_topics_max_inactive_duration_seconds: float = 300.0
     backlog_quota_default_limit_bytes: int = -1
     backlog_quota_default_limit_second: int = -1
     backlog_quota_default_retention_policy: str = "producer_request_hold"

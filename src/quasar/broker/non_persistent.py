@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING
 
 from quasar.broker.access_modes import ProducerAccess
@@ -201,6 +202,9 @@ class NonPersistentTopic:
         self._options = subscription_options or SubscriptionOptions()
         self.msg_in_counter = 0
         self.counters = TopicCounters()  # stats and /metrics (topic_stats)
+        self.last_active = time.monotonic()
+        """When (``time.monotonic()`` s) it was created or last lost a producer or subscription: the
+        inactive-topic check (``inactive_topics``) drops it once idle that long with neither."""
 
     def add_producer(self, producer: Producer) -> bool:
         """Register ``producer`` under its access mode; False when it waits for exclusive access."""
@@ -208,6 +212,7 @@ class NonPersistentTopic:
 
     def remove_producer(self, producer: Producer) -> None:
         self.access.remove(producer)
+        self.last_active = time.monotonic()
 
     def publish(self, data: memoryview, callback: PublishCallback) -> None:
         """Fan ``data`` out to every subscription now (or drop it there); ``callback`` gets (0, 0) on the next
@@ -235,11 +240,13 @@ class NonPersistentTopic:
         subscription = self.subscriptions.pop(name, None)
         if subscription is not None:
             self._count_removed(subscription)
+        self.last_active = time.monotonic()
 
     def remove_non_durable_if_idle(self, subscription: NonPersistentSubscription) -> None:
         if not subscription.consumers and self.subscriptions.get(subscription.name) is subscription:
             del self.subscriptions[subscription.name]
             self._count_removed(subscription)
+            self.last_active = time.monotonic()
 
     def _count_removed(self, subscription: NonPersistentSubscription) -> None:
         """Keep what a removed subscription dispatched in the topic's out counters."""

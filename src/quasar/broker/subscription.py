@@ -101,6 +101,9 @@ class SubscriptionTopic(ConsumerTopic, Protocol):
         """The topic's counters; dispatch rounds record their latency there (``topic_stats``)."""
         ...
 
+    last_active: float
+    """``time.monotonic()`` when the topic last lost a producer or consumer (idle-topic unload)."""
+
 
 class Subscription:
     """A named subscription on a persistent topic, backed by a managed cursor.
@@ -213,6 +216,7 @@ class Subscription:
         if consumer not in self.consumers:
             return
         self.consumers.remove(consumer)
+        self.topic.last_active = time.monotonic()
         dispatcher = self.dispatcher
         if dispatcher is not None:
             dispatcher.remove_consumer(consumer)

@@ -62,6 +62,9 @@ class PersistentTopic:
         self.backlog_blocked: str | None = None  # the producer policy in force while the quota is exceeded
         self.compacted_view: CompactedView | None = None  # set by the compactor / at load (compaction.view)
         self.counters = TopicCounters()  # stats and /metrics (topic_stats)
+        self.last_active = time.monotonic()
+        """When (``time.monotonic()`` s) the topic was loaded or last lost a producer or consumer (Pulsar's
+        ``lastActive``): the inactive-topic unloader (``inactive_topics``) measures idleness from it."""
         self.dedup = MessageDeduplication(
             ledger, entries_interval=dedup_entries_interval, max_producers=dedup_max_producers
         )
@@ -100,6 +103,7 @@ class PersistentTopic:
 
     def remove_producer(self, producer: Producer) -> None:
         self.access.remove(producer)
+        self.last_active = time.monotonic()
 
     async def terminate(self) -> Position:
         """Terminate the topic (Pulsar ``PersistentTopic.terminate``): the managed ledger takes no more entries,

@@ -85,7 +85,7 @@ async def _settled(loading: dict[str, asyncio.Task[Any]], name: str) -> None:
 
 def _exists(service: BrokerService, topic: TopicName) -> bool:
     name = topic.full_name
-    return name in service.topics or (topic.is_persistent and name in service.factory.names())
+    return name in service.topics or (topic.is_persistent and service.factory.exists(name))
 
 
 async def delete_topic(

@@ -182,6 +182,11 @@ class LedgerCursors:
             bound = min(bound, table.offset_after(cursor.mark_delete_position))
         return bound
 
+    @property
+    def any_dirty(self) -> bool:
+        """Some durable cursor's state changed since it was last persisted."""
+        return any(cursor.is_dirty for cursor in self._durable.values())
+
     async def flush_all(self) -> None:
         """Persist every durable cursor whose state changed, all writes issued at once (a backend with group
         commit, such as sqlite, makes them one transaction). Errors are logged; the cursor stays dirty."""

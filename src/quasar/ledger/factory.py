@@ -13,6 +13,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from collections.abc import Iterator
+
+from sortedcontainers import SortedSet
 
 from quasar.errors import QuasarError
 from quasar.ledger.config import ManagedLedgerConfig
@@ -46,7 +49,10 @@ class ManagedLedgerFactory:
         self._allocator = LedgerIdAllocator(metadata)
         self._ledgers: dict[str, ManagedLedger] = {}
         self._opening: dict[str, asyncio.Task[ManagedLedger]] = {}
-        self._names: set[str] = set()  # every managed ledger that exists, loaded at start, kept current
+        self._closing: dict[str, asyncio.Task[None]] = {}  # close_ledger in progress: open/delete wait for it
+        self._names: SortedSet[str] = (
+            SortedSet()
+        )  # every managed ledger that exists: loaded at start, kept current
         self._flusher: asyncio.Task[None] | None = None
         self._started = False
         self._closed = False
@@ -91,7 +97,12 @@ class ManagedLedgerFactory:
         return await asyncio.shield(pending)
 
     async def _open(self, name: str) -> ManagedLedger:
-        ledger = await ManagedLedger.open(name, self._store, self._metadata, self._config, self._allocator)
+        closing = self._closing.get(name)
+        if closing is not None:  # its cursors and table are being written: read them once they are
+            await asyncio.wait([closing])
+        ledger = await ManagedLedger.open(
+            name, self._store, self._metadata, self._config, self._allocator, new=name not in self._names
+        )
         if self._closed:  # the factory closed while the ledger was loading
             await ledger.close()
             raise ManagedLedgerAlreadyClosedError("the managed ledger factory is closed")
@@ -118,14 +129,44 @@ class ManagedLedgerFactory:
 
     def names(self) -> list[str]:
         """Names of every managed ledger that exists (stored at ``start``, or opened since), sorted. An
-        in-memory look-up: no metadata access."""
-        return sorted(self._names)
+        in-memory copy, O(number of ledgers): use :meth:`exists`, :meth:`names_with_prefix` or
+        :meth:`count_with_prefix` on request paths."""
+        return list(self._names)
+
+    def exists(self, name: str) -> bool:
+        """Whether managed ledger ``name`` exists (loaded or not); an O(1) in-memory look-up."""
+        return name in self._names
+
+    def names_with_prefix(self, prefix: str) -> Iterator[str]:
+        """The existing managed ledgers whose names start with ``prefix``, sorted (O(log n + matches))."""
+        names: Iterator[str] = self._names.irange(prefix, prefix + "\U0010ffff", inclusive=(True, False))
+        return names
+
+    def count_with_prefix(self, prefix: str) -> int:
+        """How many existing managed ledgers have a name starting with ``prefix`` (O(log n))."""
+        return int(self._names.bisect_left(prefix + "\U0010ffff") - self._names.bisect_left(prefix))
 
     async def close_ledger(self, name: str) -> None:
-        """Close managed ledger ``name`` (persisting its cursors) and drop it from the cache."""
+        """Close managed ledger ``name`` (in-flight adds finish, its cursors and table are persisted) and drop
+        it from memory; it stays listed and :meth:`open` loads it again. An :meth:`open` or :meth:`delete` of
+        the name meanwhile waits for the close (so it reads what the close wrote). The close goes on when the
+        caller is cancelled. Raises the ledger's ``ManagedLedgerError`` when the final writes fail."""
         ledger = self._ledgers.pop(name, None)
-        if ledger is not None:
-            await ledger.close()
+        if ledger is None:
+            pending = self._closing.get(name)
+            if pending is not None:
+                await asyncio.shield(pending)
+            return
+        task = asyncio.get_running_loop().create_task(ledger.close(), name=f"close-ledger {name}")
+        self._closing[name] = task
+        task.add_done_callback(functools.partial(self._closed_ledger, name))
+        await asyncio.shield(task)
+
+    def _closed_ledger(self, name: str, task: asyncio.Task[None]) -> None:
+        if self._closing.get(name) is task:
+            del self._closing[name]
+        if not task.cancelled():
+            task.exception()  # retrieved here: the caller that waits re-raises it
 
     async def delete(self, name: str) -> bool:
         """Delete managed ledger ``name`` for good (Pulsar ``ManagedLedgerImpl.delete``): close it when open,
@@ -137,9 +178,9 @@ class ManagedLedgerFactory:
         delete the entries: the metadata is gone already, so the ledger no longer exists; calling again
         finishes the store's part), ``ManagedLedgerAlreadyClosedError`` once the factory is closed."""
         self._check_usable()
-        pending = self._opening.get(name)
-        if pending is not None:
-            await asyncio.wait([pending])
+        for pending in (self._opening.get(name), self._closing.get(name)):
+            if pending is not None:
+                await asyncio.wait([pending])
         ledger = self._ledgers.pop(name, None)
         existed = ledger is not None or name in self._names
         if ledger is not None and not ledger.is_closed:
@@ -163,11 +204,15 @@ class ManagedLedgerFactory:
 
     async def flush_and_trim(self) -> None:
         """One background round: take each ledger's trim bound, persist the cursors, then trim ledgers below
-        the bound that retention no longer keeps (so persisted cursors never point into deleted ledgers)."""
+        the bound that retention no longer keeps (so persisted cursors never point into deleted ledgers).
+        Ledgers with no changed cursor and a single ledger (nothing to trim) cost an attribute check each: no
+        coroutine or task per loaded ledger and round."""
         ledgers = [ledger for ledger in self._ledgers.values() if not ledger.is_closed]
-        bounds = [ledger.trim_bound() for ledger in ledgers]
-        await asyncio.gather(*(ledger.flush_cursors() for ledger in ledgers))
-        for ledger, bound in zip(ledgers, bounds, strict=True):
+        trimmable = [(ledger, ledger.trim_bound()) for ledger in ledgers if ledger.may_trim]
+        dirty = [ledger.flush_cursors() for ledger in ledgers if ledger.has_dirty_cursors]
+        if dirty:
+            await asyncio.gather(*dirty)
+        for ledger, bound in trimmable:
             if ledger.is_closed:
                 continue
             try:
@@ -197,6 +242,8 @@ class ManagedLedgerFactory:
             self._flusher = None
         if self._opening:
             await asyncio.wait(list(self._opening.values()))
+        if self._closing:
+            await asyncio.wait(list(self._closing.values()))
         await self._allocator.close()
         first_error: ManagedLedgerError | None = None
         for name in list(self._ledgers):

@@ -55,7 +55,7 @@ class LedgerTableStore:
     crash, the last ledger's size). Every metadata failure raises ``MetadataError``.
     """
 
-    __slots__ = ("_lock", "_metadata", "_name", "_store", "_version", "path")
+    __slots__ = ("_lock", "_metadata", "_name", "_store", "_version", "existed", "path")
 
     def __init__(self, metadata: MetadataStore, store: MessageStorePort, name: str) -> None:
         self._metadata = metadata
@@ -64,6 +64,24 @@ class LedgerTableStore:
         self.path = ledger_table_path(name)
         self._version = _ABSENT  # version of the stored table as last read or written
         self._lock = asyncio.Lock()
+        self.existed = True
+        """False after :meth:`create` wrote a new table; True when the table was read (it existed)."""
+
+    async def create(self, allocate: Callable[[], Awaitable[int]], now_ms: int) -> RecoveredTable:
+        """Create the table of a managed ledger the caller knows to be new (its factory lists no such name):
+        one ledger from the store's end, written with "must not exist yet" (one put, no read first). When the
+        table exists after all (written by an earlier owner the caller did not know of), falls back to
+        :meth:`recover`. Raises ``MetadataError``."""
+        ledger_id = await allocate()
+        store_end = self._store.max_queue_offset(self._name, QUEUE_ID)  # after the await: the newest
+        table = LedgerTable([LedgerInfo(ledger_id, store_end, now_ms)], store_end)
+        try:
+            await self.write(table)
+        except ManagedLedgerFencedError:  # it exists: read and reconcile it as any reopened table
+            self._version = _ABSENT
+            return await self.recover(allocate, now_ms)
+        self.existed = False
+        return RecoveredTable(table, False, 0)
 
     async def recover(self, allocate: Callable[[], Awaitable[int]], now_ms: int) -> RecoveredTable:
         """Load the table (creating it, with a ledger id from ``allocate``, when new) and reconcile it with

@@ -132,9 +132,14 @@ class ManagedLedger:
         ledger_id_allocator: LedgerIdAllocator,
         *,
         clock_ms: Callable[[], int] | None = None,
+        new: bool = False,
     ) -> ManagedLedger:
         """Open managed ledger ``name`` (also the store topic), creating it when new: read its ledger table
         (written back when new or repaired after a crash) and its durable cursors from ``metadata``.
+
+        ``new=True`` (the factory lists no ledger of that name): nothing is read first; the table is written
+        once with "must not exist yet" and the ledger starts without cursors (one metadata round trip instead
+        of three). Should the table exist after all, it is read and reconciled as without ``new``.
 
         ``ledger_id_allocator`` is shared by every managed ledger of the metadata store; ``clock_ms`` gives
         wall-clock ms (injectable for tests). Raises ``ValueError`` for an empty name, ``MetadataError`` when
@@ -146,9 +151,15 @@ class ManagedLedger:
         clock = clock_ms or _wall_clock_ms
         await ledger_id_allocator.start()  # ids for the first rollover (no metadata access once started)
         table_store = LedgerTableStore(metadata, store, name)
-        recovered = await table_store.recover(ledger_id_allocator.allocate_async, clock())
         cursor_store = CursorStore(metadata, name)
-        snapshots = await cursor_store.load_all()
+        snapshots: Mapping[str, CursorSnapshot] = {}
+        if new:
+            recovered = await table_store.create(ledger_id_allocator.allocate_async, clock())
+            if table_store.existed:  # the table was there after all: so may its cursors be
+                snapshots = await cursor_store.load_all()
+        else:
+            recovered = await table_store.recover(ledger_id_allocator.allocate_async, clock())
+            snapshots = await cursor_store.load_all()
         return cls(
             name,
             store,
@@ -411,6 +422,17 @@ class ManagedLedger:
         """Persist every durable cursor whose state changed. Errors are logged; the cursor stays dirty."""
         await self._cursors.flush_all()
 
+    @property
+    def has_dirty_cursors(self) -> bool:
+        """Some durable cursor has state :meth:`flush_cursors` would persist."""
+        return self._cursors.any_dirty
+
+    @property
+    def may_trim(self) -> bool:
+        """Open with more than one ledger: :meth:`trim_ledgers` may have something to delete (the current
+        ledger never goes)."""
+        return self._state is _State.OPEN and len(self._table) > 1
+
     def _check_not_closed(self) -> None:
         if self._state is _State.CLOSED:
             raise ManagedLedgerAlreadyClosedError(f"managed ledger {self._name} is closed")
@@ -472,6 +494,12 @@ class ManagedLedger:
         self._listeners.clear()
         if errors:
             raise errors[0]
+
+    @property
+    def has_pending_work(self) -> bool:
+        """An add awaits its flush (or replication), or a ledger-table write is in flight: closing now would
+        have to wait for it (the broker does not unload such a ledger as idle)."""
+        return self._writer.busy
 
     async def wait_idle(self) -> None:
         """Wait until every add and ledger-row write in flight has finished (tests, orderly shutdown)."""

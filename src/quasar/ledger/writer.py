@@ -211,6 +211,11 @@ class LedgerWriter:
         else:
             callback(position, None)
 
+    @property
+    def busy(self) -> bool:
+        """An add awaits its flush, or a ledger-row write is in flight."""
+        return bool(self._adds_in_flight or self._inflight)
+
     async def wait_idle(self) -> None:
         """Until every add put into the store has had its flush answered and every ledger-row write in flight
         has finished (close, tests)."""

@@ -17,9 +17,10 @@ adopts it, see :meth:`SqliteMetadataStore.adopt_legacy_table`)::
                            WITHOUT ROWID
 
 Paths compare as UTF-8 bytes, so the paths below ``/a`` are the range ``['/a/', '/a0')``;
-:meth:`~SqliteMetadataStore.get_children` skips from child to child through the primary key (two index seeks
-per child, whatever the number of paths below). The session is the process: ephemeral rows are deleted at
-:meth:`~SqliteMetadataStore.close` and, after a crash, at the next :meth:`~SqliteMetadataStore.open`.
+:meth:`~SqliteMetadataStore.get_children` reads the rows below in key order, a batch per query, seeking past
+the rest of a child's subtree when a batch ends inside it. The session is the process: ephemeral rows are
+deleted at :meth:`~SqliteMetadataStore.close` and, after a crash, at the next
+:meth:`~SqliteMetadataStore.open`.
 """
 
 from __future__ import annotations
@@ -119,25 +120,33 @@ class _Txn:
         return [p for (p,) in rows if p == path or p.startswith(prefix)]
 
 
+_CHILDREN_BATCH = 256
+
+
 def _children(conn: sqlite3.Connection, path: str) -> list[str]:
-    """Child segments below ``path``: one seek lands on a child's first row, a second skips its subtree."""
+    """Child segments below ``path``: rows are read in key order, up to ``_CHILDREN_BATCH`` per query; when a
+    batch ends inside a child's subtree, the next query seeks past that subtree (so leaf children cost a
+    row each, 100,000 of them a few hundred queries, and a deep subtree costs at most one batch)."""
     prefix = "/" if path == "/" else path + "/"
     end = _range_end(prefix)
     children: set[str] = set()
     bound, inclusive = prefix, True
     while True:
         op = ">=" if inclusive else ">"
-        row = conn.execute(
-            f"SELECT path FROM metadata WHERE path {op} ? AND path < ? ORDER BY path LIMIT 1", (bound, end)
-        ).fetchone()
-        if row is None:
+        rows = conn.execute(
+            f"SELECT path FROM metadata WHERE path {op} ? AND path < ? ORDER BY path LIMIT {_CHILDREN_BATCH}",
+            (bound, end),
+        ).fetchall()
+        if not rows:
             break
-        segment, below, _ = row[0][len(prefix) :].partition("/")
-        children.add(segment)
-        if below:  # a descendant of prefix+segment: skip its whole subtree
+        for (row_path,) in rows:
+            children.add(row_path[len(prefix) :].partition("/")[0])
+        last = rows[-1][0]
+        segment, below, _ = last[len(prefix) :].partition("/")
+        if below:  # inside the subtree of prefix+segment: skip the rest of it
             bound, inclusive = prefix + segment + "0", True
         else:  # prefix+segment itself: siblings like 'segment-x' sort before its subtree
-            bound, inclusive = row[0], False
+            bound, inclusive = last, False
     return sorted(children)
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from quasar.broker.admin import (
+    broker_stats_routes,
     cluster_routes,
     compaction_routes,
     dashboard_routes,
@@ -195,7 +196,7 @@ async def put_topic(request: web.Request) -> web.Response:
     topic = _topic(request)
     service = _service(request)
     _namespace(request)
-    if topic.full_name in service.factory.names() or service.partitions(topic) > 0:
+    if service.factory.exists(topic.full_name) or service.partitions(topic) > 0:
         raise TopicExistsError(f"Topic {topic.full_name} already exists")
     await service.get_or_create_topic(topic)
     return web.Response(status=204)
@@ -451,6 +452,7 @@ def build_admin_app(
     schema_routes.register(app)  # /admin/v2/schemas/... and the namespace schema policies (Pulsar schemas)
     query_routes.register(app)  # GET .../{topic}/messages?key=K&from=MS&to=MS (RocketMQ queryMessage)
     tenant_routes.register(app)  # GET/POST/DELETE tenants/{t}, GET/DELETE namespaces/{t}/{ns}[/topics]
+    broker_stats_routes.register(app)  # GET /admin/v2/broker-stats/load-report (loaded topics, idle unloads)
     subscription_routes.register(app)  # create/skip/expire/resetcursor/peek subscriptions, unload, stats
     topic = TOPIC_PATH
     app.add_routes(
