@@ -62,12 +62,11 @@ _UNLIMITED_OPEN_FILES_CAP = 1_048_576
 
 def raise_open_files_limit() -> tuple[int, int]:
     """Raise this process's soft ``RLIMIT_NOFILE`` to its hard limit and log both; returns (soft, hard) as
-    they are afterwards. The store keeps every mapped file open, two descriptors each (the file and the
-    duplicate ``mmap`` holds), at least one file per consume queue written to, so the common default soft
-    limit of 1,024 runs out after a few hundred topics (puts are then refused with "too many open files",
-    never reported as a full disk). An unlimited
-    hard limit is capped at 1,048,576; a kernel that refuses the change (ValueError / OSError) leaves the
-    limits as they were, with a warning."""
+    they are afterwards. The store sizes its budget of mapped consume queue files from the soft limit it finds
+    (``max_open_consume_queue_files`` = 0: the limit minus 512, one descriptor per mapped file), so a higher
+    limit keeps more queues mapped; running out is a transient "too many open files" refusal, never a full
+    disk. An unlimited hard limit is capped at 1,048,576; a kernel that refuses the change (ValueError /
+    OSError) leaves the limits as they were, with a warning."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     target = _UNLIMITED_OPEN_FILES_CAP if hard == resource.RLIM_INFINITY else hard
     if soft == resource.RLIM_INFINITY or soft >= target:
