@@ -181,3 +181,15 @@ async def test_namespace_topic_count_counts_partitions_once_and_other_namespaces
     await service.delete_topic(TopicName.parse("persistent://public/quota/a"))
     await service.delete_topic(TopicName.parse("non-persistent://public/quota/np"))
     assert service.count_topics("public/quota") == 3 + 3
+
+
+async def test_messages_in_total_keeps_what_disconnected_producers_published(broker: Broker):
+    """The load report's count (a rate meter differences it) only grows while a topic stays loaded: it comes
+    from the topic's counters, not from the producers connected now (a producer leaving made it drop)."""
+    service = broker.service
+    first = await service.get_or_create_topic(TopicName.parse("persistent://public/default/in-a"))
+    second = await service.get_or_create_topic(TopicName.parse("persistent://public/default/in-b"))
+    first.counters.msg_in += 7  # what producers published, all of them gone now
+    second.counters.msg_in += 5
+    assert not first.producers and not second.producers
+    assert service.messages_in_total() == 12
