@@ -19,7 +19,8 @@ from quasar.broker.admin import query as admin_query
 from quasar.broker.admin.routes import SERVICE_KEY
 from quasar.broker.app import BrokerApp
 from quasar.broker.config import BrokerConfig
-from quasar.cli.query import parse_time_ms, query, topic_path
+from quasar.cli.admin.args import parse_time_ms, topic_path
+from quasar.cli.query import query
 
 pulsar = pytest.importorskip("pulsar")
 pytestmark = pytest.mark.interop
@@ -124,7 +125,7 @@ async def test_query_by_key_end_to_end(tmp_path: Path):
 
 def test_cli_argument_parsing():
     assert topic_path("x") == "persistent/public/default/x"
-    assert topic_path("persistent://t/ns/a b") == "persistent/t/ns/a%20b"
+    assert topic_path("persistent://t/ns/a:b") == "persistent/t/ns/a%3Ab"
     assert parse_time_ms("1700000000000") == 1_700_000_000_000
     assert parse_time_ms("2023-11-14T22:13:20+00:00") == 1_700_000_000_000
     runner = CliRunner()
@@ -175,3 +176,38 @@ def test_broker_config_passes_every_storage_setting(tmp_path: Path):
         _store_config(BrokerConfig(delete_when="4am"), tmp_path / "store")
     with pytest.raises(ValueError):
         _store_config(BrokerConfig(mapped_file_size_consume_queue=1001), tmp_path / "store")
+
+
+def test_cli_sends_the_auth_token_and_reports_refusals(monkeypatch):
+    """``quasar query --auth-token`` (or QUASAR_AUTH_TOKEN) authenticates like ``quasar admin``; a 401 exits 1
+    with the broker's reason."""
+    import httpx
+
+    seen: list[tuple[str, str | None]] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append((str(request.url), request.headers.get("authorization")))
+        if request.headers.get("authorization") != "Bearer tok":
+            return httpx.Response(401, json={"reason": "Authentication required"})
+        return httpx.Response(200, json=[])
+
+    from quasar.cli.admin import context as admin_context
+
+    real_client = admin_context.AdminClient
+    monkeypatch.setattr(
+        admin_context,
+        "AdminClient",
+        lambda settings: real_client(settings, transport=httpx.MockTransport(answer)),
+    )
+    runner = CliRunner()
+    ok = runner.invoke(query, ["x", "--key", "k", "--auth-token", "tok", "--json"])
+    assert ok.exit_code == 0, ok.output
+    assert json.loads(ok.output) == []
+    assert seen[-1] == (
+        "http://127.0.0.1:8080/admin/v2/persistent/public/default/x/messages?key=k&max=32",
+        "Bearer tok",
+    )
+    from_env = CliRunner(env={"QUASAR_AUTH_TOKEN": "tok"}).invoke(query, ["x", "--key", "k", "--json"])
+    assert from_env.exit_code == 0 and seen[-1][1] == "Bearer tok"
+    refused = runner.invoke(query, ["x", "--key", "k"])
+    assert refused.exit_code == 1 and "401: Authentication required" in refused.output

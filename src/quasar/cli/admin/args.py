@@ -15,6 +15,7 @@ Bad values raise ``click.BadParameter`` (exit 2, as a usage error).
 
 from __future__ import annotations
 
+import datetime
 import re
 from typing import Any
 from urllib.parse import quote
@@ -41,6 +42,19 @@ LATEST = 2**63 - 1
 _SIZE_UNITS = {"k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 _TIME_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
 _NUMBER = re.compile(r"-?[0-9]+")
+
+
+def parse_time_ms(value: str) -> int:
+    """``"1700000000000"`` -> 1700000000000; ``"2026-11-22T05:00:00+00:00"`` -> its ms since the epoch.
+    Raises click.BadParameter otherwise."""
+    value = value.strip()
+    if value.lstrip("-").isdigit():
+        return int(value)
+    try:
+        moment = datetime.datetime.fromisoformat(value)
+    except ValueError:
+        raise click.BadParameter(f"not ms since the epoch nor an ISO 8601 time: {value!r}") from None
+    return int(moment.timestamp() * 1000)
 
 
 def topic_name(value: str) -> TopicName:

@@ -5,6 +5,8 @@ block and Netty's ``ByteBufUtil.prettyHexDump`` of the payload)."""
 
 from __future__ import annotations
 
+import base64
+import datetime
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -88,3 +90,19 @@ def hex_dump(data: bytes) -> str:
         lines.append(f"|{offset:08x}| {hex_part} |{text}|")
     lines.append("+--------+-------------------------------------------------+----------------+")
     return "\n".join(lines)
+
+
+def format_ms(ms: int) -> str:
+    """ms since the epoch -> local ISO 8601 time with ms (``2026-11-22T05:00:00.123``)."""
+    return datetime.datetime.fromtimestamp(ms / 1000).isoformat(timespec="milliseconds")
+
+
+def payload_text(encoded: str) -> str:
+    """A base64 payload of the admin API -> its text (cut at 200 characters) when it is UTF-8, else
+    ``<N bytes>``."""
+    data = base64.b64decode(encoded)
+    try:
+        text = data.decode()
+    except UnicodeDecodeError:
+        return f"<{len(data)} bytes>"
+    return text if len(text) <= 200 else text[:200] + "…"

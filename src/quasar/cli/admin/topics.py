@@ -17,11 +17,18 @@ from typing import Any
 
 import click
 
-from quasar.cli.admin.args import namespace_path, topic_name, topic_path
+from quasar.cli.admin.args import namespace_path, parse_time_ms, topic_name, topic_path
 from quasar.cli.admin.context import admin_client, json_option
-from quasar.cli.admin.output import echo_json, echo_lines, fields_table, print_tables, rows_table
+from quasar.cli.admin.output import (
+    echo_json,
+    echo_lines,
+    fields_table,
+    format_ms,
+    payload_text,
+    print_tables,
+    rows_table,
+)
 from quasar.cli.admin.topic_subscriptions import SUBSCRIPTION_COMMANDS
-from quasar.cli.query import format_ms, parse_time_ms, payload_text
 
 __all__ = ["topics"]
 
