@@ -44,8 +44,8 @@ test: $(VENV)/.installed-dev $(VENV)/.built-ext
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 	$(BIN)/python scripts/check_sizes.py
-	$(BIN)/python -m pytest
-	QUASAR_PURE_PYTHON=1 $(BIN)/python -m pytest
+	$(BIN)/python -m pytest --durations=25
+	QUASAR_PURE_PYTHON=1 $(BIN)/python -m pytest --durations=25
 
 ## make typecheck: mypy on every package of src/quasar, --strict for protocol, storage, ledger and metadata
 typecheck: $(VENV)/.installed-dev
