@@ -278,3 +278,28 @@ def test_the_broker_survives_a_burst_of_garbage(stub: Any, rmq_endpoint: str) ->
         stub.Heartbeat(s.HeartbeatRequest(client_type=d.ClientType.PRODUCER), metadata=metadata(f"junk-{i}"))
     answer = stub.QueryRoute(s.QueryRouteRequest(topic=d.Resource(name="T")), metadata=metadata())
     assert answer.status.code == d.Code.OK
+
+
+def test_closing_the_telemetry_stream_drops_the_clients_producers(
+    rmq_broker: BrokerProcess, stub: Any, telemetry: Any
+) -> None:
+    d, s = _pb()
+    client_id = "host@1@3@streaming"
+    stream = telemetry(client_id)
+    stream.send(
+        s.TelemetryCommand(settings=d.Settings(client_type=d.ClientType.PRODUCER, publishing=d.Publishing()))
+    )
+    assert stream.reply().status.code == d.Code.OK
+    assert (
+        stub.SendMessage(_send_request("stream-close"), metadata=metadata(client_id)).status.code == d.Code.OK
+    )
+    path = "/admin/v2/persistent/public/default/stream-close/stats"
+    assert [p["producerName"] for p in admin(rmq_broker, "GET", path)[1]["publishers"]] == [
+        f"rocketmq-{client_id}"
+    ]
+    stream.close()
+    for _ in range(100):
+        if not admin(rmq_broker, "GET", path)[1]["publishers"]:
+            break
+        time.sleep(0.05)
+    assert admin(rmq_broker, "GET", path)[1]["publishers"] == []
