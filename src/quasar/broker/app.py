@@ -427,6 +427,8 @@ class BrokerApp:
             broker_name=config.broker_name or config.cluster_name,
             advertised_host=config.advertised_address,
             host_name=self.advertised_address,
+            tls=config.tls_settings() if config.rocketmq_port_tls is not None else None,
+            tls_port=config.rocketmq_port_tls,
         )
         self.rocketmq = RocketMQListener(service, settings, config.host, config.rocketmq_port)
         self.rocketmq.bind()
@@ -439,9 +441,7 @@ class BrokerApp:
     @property
     def rocketmq_address(self) -> str:
         """``host:port`` of the RocketMQ gRPC endpoint (the advertised host); "" when it is off."""
-        if self.rocketmq is None:
-            return ""
-        return f"{self.advertised_address}:{self.rocketmq.port}"
+        return self.rocketmq.address if self.rocketmq is not None else ""
 
     def _add_metrics(self, admin_app: web.Application, service: BrokerService, store: MessageStore) -> None:
         """``GET /metrics`` (``quasar.broker.metrics``) on a registry of this broker's own, and the owned

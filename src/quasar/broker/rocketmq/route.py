@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from quasar.broker.rocketmq.context import RocketMQContext, call_metadata
+from quasar.broker.rocketmq.context import RocketMQContext, call_metadata, is_tls_call
 from quasar.broker.rocketmq.status import Code, RocketMQError
 from quasar.broker.rocketmq.stubs import definition, service
 from quasar.broker.rocketmq.validation import check_consumer_group
@@ -49,7 +49,7 @@ class RouteActivity:
         metadata = call_metadata(context)
         topic = self.context.topic_name(request.topic, metadata)
         queues = self.context.queue_count(topic)
-        brokers = await self.context.queue_brokers(topic, queues, request.endpoints)
+        brokers = await self.context.queue_brokers(topic, queues, request.endpoints, tls=is_tls_call(context))
         return service.QueryRouteResponse(
             message_queues=[self._queue(request.topic, i, broker) for i, broker in brokers]
         )
@@ -61,7 +61,7 @@ class RouteActivity:
         check_consumer_group(request.group.name)
         topic = self.context.topic_name(request.topic, metadata)
         queues = self.context.queue_count(topic)
-        brokers = await self.context.queue_brokers(topic, queues, request.endpoints)
+        brokers = await self.context.queue_brokers(topic, queues, request.endpoints, tls=is_tls_call(context))
         if not brokers:
             raise RocketMQError(Code.FORBIDDEN, f"no readable queue of topic {request.topic.name}")
         if self.context.is_fifo_group(topic, request.group.name):

@@ -33,6 +33,7 @@ from quasar.broker.rocketmq.route import RouteActivity
 from quasar.broker.rocketmq.send import SendActivity
 from quasar.broker.rocketmq.status import Code, RocketMQError, new_status, ok_status
 from quasar.broker.rocketmq.stubs import SERVICE, SERVICE_NAME, service
+from quasar.broker.rocketmq.tls import server_credentials
 
 if TYPE_CHECKING:
     from quasar.broker.broker_service import BrokerService
@@ -189,6 +190,12 @@ class RocketMQListener:
         """``host:port`` of this endpoint (the broker's advertised host)."""
         return f"{self.context.settings.host_name}:{self.port}"
 
+    @property
+    def tls_address(self) -> str:
+        """``host:port`` of the TLS endpoint; "" without one."""
+        port = self.context.tls_port
+        return f"{self.context.settings.host_name}:{port}" if port else ""
+
     def bind(self) -> None:
         """Create the gRPC server and bind its port (nothing is served before :meth:`start`)."""
         if self._server is not None:
@@ -213,6 +220,15 @@ class RocketMQListener:
         if bound == 0:
             raise OSError(f"cannot bind the RocketMQ gRPC port {self.host}:{self.requested_port}")
         self.context.port = bound
+        if settings.tls is not None and settings.tls_port is not None:
+            tls_address = f"{host}:{settings.tls_port}"
+            try:
+                tls_bound = server.add_secure_port(tls_address, server_credentials(settings.tls))
+            except RuntimeError as exc:
+                raise OSError(f"cannot bind the RocketMQ gRPC TLS port {tls_address}: {exc}") from None
+            if tls_bound == 0:
+                raise OSError(f"cannot bind the RocketMQ gRPC TLS port {tls_address}")
+            self.context.tls_port = tls_bound
         self._server = server
 
     async def start(self) -> None:
@@ -223,7 +239,12 @@ class RocketMQListener:
         await self._server.start()
         self._serving = True
         self.context.clients.start()
-        log.info("RocketMQ gRPC endpoint listening on %s:%d", self.host, self.port)
+        log.info(
+            "RocketMQ gRPC endpoint listening on %s:%d%s",
+            self.host,
+            self.port,
+            f" (TLS on port {self.context.tls_port})" if self.context.tls_port else "",
+        )
 
     async def stop(self) -> None:
         server, self._server = self._server, None
