@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from quasar.broker.errors import BrokerError
+from quasar.broker.rocketmq.auth import RocketMQAuthenticator
 from quasar.broker.rocketmq.mapping import DEFAULT_MAX_BODY_SIZE
 from quasar.broker.rocketmq.status import Code, RocketMQError
 from quasar.broker.rocketmq.stubs import definition
@@ -162,6 +163,17 @@ class RocketMQContext:
     ``subscription.fifo`` and makes QueryAssignment answer one queue per assignment. rmqconsume sets it from
     its FIFO group policy; False for every group until then."""
     _round_robin: dict[str, int] = field(default_factory=dict)
+    authenticator: RocketMQAuthenticator = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.authenticator = RocketMQAuthenticator(self.service)
+
+    def role(self, context: Any) -> str | None:
+        """The role of the call (``auth.RocketMQAuthenticator``: cached per credential); None with
+        authentication off. Raises RocketMQError UNAUTHORIZED. Handlers check permissions with it, e.g.
+        ``service.security.check_consume(ctx.role(context), topic, group)`` (PermissionDeniedError maps to
+        FORBIDDEN through ``status.code_of``)."""
+        return self.authenticator.role(context)
 
     # ------------------------------------------------------------------ topics
     def topic_name(self, resource: Any, metadata: CallMetadata) -> TopicName:

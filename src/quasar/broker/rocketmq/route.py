@@ -14,10 +14,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from quasar.broker.auth import PermissionDeniedError
 from quasar.broker.rocketmq.context import RocketMQContext, call_metadata, is_tls_call
 from quasar.broker.rocketmq.status import Code, RocketMQError
 from quasar.broker.rocketmq.stubs import definition, service
 from quasar.broker.rocketmq.validation import check_consumer_group
+from quasar.protocol import TopicName
 
 __all__ = ["ACCEPTED_MESSAGE_TYPES", "RouteActivity"]
 
@@ -43,11 +45,19 @@ class RouteActivity:
             accept_message_types=ACCEPTED_MESSAGE_TYPES,
         )
 
+    def _check_lookup(self, topic: TopicName, context: Any) -> None:
+        """FORBIDDEN for a role that may neither produce nor consume on the topic (Pulsar's lookup check)."""
+        try:
+            self.context.service.security.check_lookup(self.context.role(context), topic)
+        except PermissionDeniedError as exc:
+            raise RocketMQError(Code.FORBIDDEN, str(exc)) from None
+
     async def QueryRoute(self, request: Any, context: Any) -> Any:
         """The topic's queues. ILLEGAL_TOPIC for a bad name, TOPIC_NOT_FOUND when its namespace does not
-        exist."""
+        exist, FORBIDDEN without lookup permission."""
         metadata = call_metadata(context)
         topic = self.context.topic_name(request.topic, metadata)
+        self._check_lookup(topic, context)
         queues = self.context.queue_count(topic)
         brokers = await self.context.queue_brokers(topic, queues, request.endpoints, tls=is_tls_call(context))
         return service.QueryRouteResponse(
@@ -60,6 +70,7 @@ class RouteActivity:
         metadata = call_metadata(context)
         check_consumer_group(request.group.name)
         topic = self.context.topic_name(request.topic, metadata)
+        self._check_lookup(topic, context)
         queues = self.context.queue_count(topic)
         brokers = await self.context.queue_brokers(topic, queues, request.endpoints, tls=is_tls_call(context))
         if not brokers:

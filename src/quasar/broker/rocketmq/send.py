@@ -26,6 +26,7 @@ import asyncio
 import logging
 from typing import Any
 
+from quasar.broker.auth import PermissionDeniedError
 from quasar.broker.producer import Producer
 from quasar.broker.rocketmq.clients import ClientRecord
 from quasar.broker.rocketmq.context import CallMetadata, RocketMQContext, call_metadata
@@ -137,11 +138,12 @@ class SendActivity:
         if len({(m.topic.resource_namespace, m.topic.name) for m in messages}) > 1:
             raise RocketMQError(Code.MESSAGE_CORRUPTED, "all messages of one request must name one topic")
         record = self.context.clients.touch(metadata.client_id)
+        role = self.context.role(context)
         response = service.SendMessageResponse()
         for message in messages:
             entry = response.entries.add()
             try:
-                entry.offset = await self._send_one(message, metadata, record)
+                entry.offset = await self._send_one(message, metadata, record, role)
                 entry.message_id = entry.transaction_id = message.system_properties.message_id
                 entry.status.CopyFrom(ok_status())
             except RocketMQError as exc:
@@ -155,7 +157,9 @@ class SendActivity:
             response.status.CopyFrom(new_status(Code.MULTIPLE_RESULTS, "entries have different results"))
         return response
 
-    async def _send_one(self, message: Any, metadata: CallMetadata, record: ClientRecord) -> int:
+    async def _send_one(
+        self, message: Any, metadata: CallMetadata, record: ClientRecord, role: str | None
+    ) -> int:
         """Publish one message; returns its queue offset. Raises RocketMQError."""
         ctx = self.context
         mapped = map_message(message, max_body_size=ctx.settings.max_body_size)
@@ -171,6 +175,10 @@ class SendActivity:
         else:
             queue_id = local[ctx.next_queue(topic, len(local))]
         partition = ctx.queue_topic(topic, queue_id, queues)
+        try:
+            ctx.service.security.check_produce(role, partition)
+        except PermissionDeniedError as exc:
+            raise RocketMQError(Code.FORBIDDEN, str(exc)) from None
         try:
             link = await self._link(record, partition, metadata)
             position = await link.publish(mapped)
@@ -198,7 +206,6 @@ class SendActivity:
         refusal = service_.read_only or service_.write_refusal()
         if refusal is not None:
             raise RocketMQError(Code.TOO_MANY_REQUESTS, refusal)
-        service_.security.check_produce(None, partition)
         topic = await service_.get_or_create_topic(partition)
         if not topic.is_persistent:
             raise RocketMQError(Code.FORBIDDEN, f"{partition.full_name} is not a persistent topic")

@@ -4,11 +4,11 @@
 :class:`Servicer` builds one gRPC method handler per RPC of the service descriptor (``stubs.SERVICE``) and
 delegates each call to the handler group that has a method of the RPC's name (``context.py`` describes the
 groups). Before a handler runs, every call is checked the proxy's way: ``x-mq-client-id`` is required
-(CLIENT_ID_REQUIRED), and with authentication enabled on the broker the call is refused with UNAUTHORIZED
-(RocketMQ clients sign requests with an ak/sk HMAC, which Quasar does not map to its roles yet: they are never
-let in unauthenticated). A handler's ``RocketMQError`` becomes the response's ``Status``; any other exception
-is logged and answered INTERNAL_SERVER_ERROR; an RPC no group implements answers NOT_IMPLEMENTED (50100) with a
-message — always a Status in a normal response, never a bare gRPC error (the py client needs one).
+(CLIENT_ID_REQUIRED), and with authentication enabled on the broker the caller must authenticate
+(``auth.py``: a token as access key, or a TLS client certificate; else UNAUTHORIZED). A handler's
+``RocketMQError`` becomes the response's ``Status``; any other exception is logged and answered
+INTERNAL_SERVER_ERROR; an RPC no group implements answers NOT_IMPLEMENTED (50100) with a message — always a
+Status in a normal response, never a bare gRPC error (the py client needs one).
 
 Handler shapes by RPC kind: unary (``async def QueryRoute(self, request, context) -> response``), server
 streaming (ReceiveMessage, PullMessage: an async generator yielding responses), bidirectional (Telemetry: a
@@ -58,14 +58,6 @@ def _response_class(method: Any) -> Any:
     return getattr(service, method.output_type.name)
 
 
-def _unauthorized() -> RocketMQError:
-    return RocketMQError(
-        Code.UNAUTHORIZED,
-        "authentication is enabled on this broker and RocketMQ clients' ak/sk signatures are not mapped to "
-        "Quasar roles: RocketMQ clients are refused",
-    )
-
-
 class Servicer:
     """Dispatches every ``MessagingService`` RPC to its handler group (module docstring)."""
 
@@ -83,10 +75,10 @@ class Servicer:
         return None
 
     def _admit(self, context: Any) -> None:
-        """The checks of every call: a client id (touching its registry record), authentication."""
+        """The checks of every call: a client id, authentication (``auth.py``); then the client's registry
+        record is touched."""
         metadata = call_metadata(context)
-        if self.context.service.security.authentication is not None:
-            raise _unauthorized()
+        self.context.role(context)
         self.context.clients.touch(metadata.client_id)
 
     def generic_handler(self) -> grpc.GenericRpcHandler:

@@ -1,6 +1,7 @@
-"""The RocketMQ endpoint over TLS (``rocketmq_port_tls`` with the broker's certificate files): routes name
-the TLS port to a TLS caller (the plain port to a plain one), the official producer sends with
-``tls_enable=True``, and plaintext is refused on the TLS port."""
+"""The RocketMQ endpoint of a secured broker (one per module): TLS (``rocketmq_port_tls`` with the broker's
+certificate files) — routes name the TLS port to a TLS caller (the plain port to a plain one), plaintext is
+refused on the TLS port — and token authentication — the official producer presents its Pulsar token as
+access key (``Credentials(ak=token)``) and sends over TLS; no or a forged token is UNAUTHORIZED."""
 
 from __future__ import annotations
 
@@ -12,8 +13,11 @@ import grpc
 import pytest
 import trustme
 
+from quasar.security.tokens import create_secret_key, create_token
 from quasar.testing.broker_process import BrokerProcess
 from tests.rocketmq.conftest import metadata
+
+KEY = create_secret_key()
 
 pytestmark = pytest.mark.interop
 
@@ -40,12 +44,25 @@ def tls_broker(tmp_path_factory: pytest.TempPathFactory, pki: dict[str, Path]) -
         f'tls_key_file_path = "{pki["key"]}"\n'
         f'tls_trust_certs_file_path = "{pki["ca"]}"\n'
     )
+    key_file = directory / "secret.key"
+    key_file.write_bytes(KEY)
+    with config.open("a") as toml:
+        toml.write(
+            'authentication_enabled = true\nauthentication_providers = ["token"]\n'
+            f'token_secret_key = "file://{key_file}"\n'
+        )
     process = BrokerProcess(directory / "data", rocketmq_port=0, extra_args=("--config", str(config)))
     process.start()
     try:
         yield process
     finally:
         process.stop()
+
+
+def _signed(token: str) -> list[tuple[str, str]]:
+    """Call metadata with the py client's authorization header carrying ``token`` as access key."""
+    header = f"MQv2-HMAC-SHA1 Credential={token}, SignedHeaders=x-mq-date-time, Signature=00"
+    return [*metadata(), ("authorization", header)]
 
 
 def _pb() -> tuple[Any, Any, Any]:
@@ -61,13 +78,17 @@ def test_tls_caller_is_routed_to_the_tls_port(tls_broker: BrokerProcess, pki: di
     credentials = grpc.ssl_channel_credentials(root_certificates=pki["ca"].read_bytes())
     with grpc.secure_channel(tls_broker.rocketmq_tls_address, credentials) as channel:
         answer = stub_class(channel).QueryRoute(
-            s.QueryRouteRequest(topic=d.Resource(name="T")), metadata=metadata(), timeout=10
+            s.QueryRouteRequest(topic=d.Resource(name="T")),
+            metadata=_signed(create_token("app", secret_key=KEY)),
+            timeout=10,
         )
     assert answer.status.code == d.Code.OK
     assert [a.port for a in answer.message_queues[0].broker.endpoints.addresses] == [int(tls_port)]
     with grpc.insecure_channel(tls_broker.rocketmq_address) as channel:  # the plaintext port stays
         plain = stub_class(channel).QueryRoute(
-            s.QueryRouteRequest(topic=d.Resource(name="T")), metadata=metadata(), timeout=10
+            s.QueryRouteRequest(topic=d.Resource(name="T")),
+            metadata=_signed(create_token("app", secret_key=KEY)),
+            timeout=10,
         )
     assert [a.port for a in plain.message_queues[0].broker.endpoints.addresses] == [
         int(tls_broker.rocketmq_address.rsplit(":", 1)[1])
@@ -87,7 +108,11 @@ def test_official_producer_sends_over_tls(
 
     assert tls_broker.rocketmq_tls_address is not None
     producer = Producer(
-        ClientConfiguration(tls_broker.rocketmq_tls_address, Credentials()), ("tls-topic",), tls_enable=True
+        ClientConfiguration(
+            tls_broker.rocketmq_tls_address, Credentials(ak=create_token("app", secret_key=KEY))
+        ),
+        ("tls-topic",),
+        tls_enable=True,
     )
     producer.startup()
     try:
@@ -98,3 +123,18 @@ def test_official_producer_sends_over_tls(
     finally:
         producer.shutdown()
     assert receipt.offset == 0 and len(receipt.message_id) == 34
+
+
+def test_calls_without_a_valid_token_are_unauthorized(tls_broker: BrokerProcess) -> None:
+    d, s, stub_class = _pb()
+    assert tls_broker.rocketmq_address is not None
+    request = s.QueryRouteRequest(topic=d.Resource(name="T"))
+    forged = create_token("app", secret_key=create_secret_key())
+    with grpc.insecure_channel(tls_broker.rocketmq_address) as channel:
+        stub = stub_class(channel)
+        assert stub.QueryRoute(request, metadata=metadata(), timeout=10).status.code == d.Code.UNAUTHORIZED
+        assert (
+            stub.QueryRoute(request, metadata=_signed(forged), timeout=10).status.code == d.Code.UNAUTHORIZED
+        )
+        sent = stub.SendMessage(s.SendMessageRequest(), metadata=metadata(), timeout=10)
+        assert sent.status.code == d.Code.UNAUTHORIZED
