@@ -19,6 +19,7 @@ import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -53,6 +54,9 @@ from quasar.metadata.sqlite import SqliteMetadataStore
 from quasar.metadata.stores import open_metadata_store
 from quasar.storage.message_store import FlushDiskType, MessageStore, StoreConfig
 from quasar.storage.port import MessageStorePort
+
+if TYPE_CHECKING:
+    from quasar.broker.rocketmq.server import RocketMQListener
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +170,7 @@ class BrokerApp:
         self.port = 0
         self.admin_port = 0
         self.tls: TlsListeners | None = None  # the TLS listeners, when configured
+        self.rocketmq: RocketMQListener | None = None  # the RocketMQ gRPC endpoint, when on
 
     async def _policy_loop(self, service: BrokerService) -> None:
         """Owned task: message TTL every ``message_expiry_check_interval_s``, backlog quotas every
@@ -240,6 +245,7 @@ class BrokerApp:
             web_service_url=self.web_service_url,
             service_url_tls=self.service_url_tls,
             web_service_url_tls=self.web_service_url_tls,
+            rocketmq_address=self.rocketmq_address,
             listeners=parse_advertised_listeners(config.advertised_listeners),
             role="slave" if self.replication is not None else "",
             ha_address=self.replication.ha_address if self.replication is not None else "",
@@ -356,6 +362,8 @@ class BrokerApp:
         self.admin_port = admin_socket.getsockname()[1]
         if self.tls is not None:
             self.tls.bind(_bind)
+        if config.rocketmq_enabled:  # bound now: its address is registered in the cluster; serves at the end
+            self._bind_rocketmq(service)
         service.broker_service_url = self.service_url
         service.web_service_url = self.web_service_url
         admission = ConnectionController(config.broker_max_connections, config.broker_max_connections_per_ip)
@@ -402,8 +410,38 @@ class BrokerApp:
         await web.SockSite(self._admin_runner, admin_socket).start()
         if self.tls is not None:
             await self.tls.serve_admin(self._admin_runner)
+        if self.rocketmq is not None:
+            await self.rocketmq.start()
         if self.replication is not None:
             await self.replication.start(self)
+
+    def _bind_rocketmq(self, service: BrokerService) -> None:
+        """Bind RocketMQ's gRPC API on ``host:rocketmq_port`` (``quasar.broker.rocketmq``, imported only when
+        on: it loads grpc and the RocketMQ stubs); :meth:`start` serves it once the broker is ready."""
+        from quasar.broker.rocketmq.context import RocketMQSettings
+        from quasar.broker.rocketmq.server import RocketMQListener
+
+        config = self.config
+        settings = RocketMQSettings(
+            max_body_size=config.rocketmq_max_message_size,
+            broker_name=config.broker_name or config.cluster_name,
+            advertised_host=config.advertised_address,
+            host_name=self.advertised_address,
+            tls=config.tls_settings() if config.rocketmq_port_tls is not None else None,
+            tls_port=config.rocketmq_port_tls,
+        )
+        self.rocketmq = RocketMQListener(service, settings, config.host, config.rocketmq_port)
+        self.rocketmq.bind()
+
+    async def _stop_rocketmq(self) -> None:
+        listener, self.rocketmq = self.rocketmq, None
+        if listener is not None:
+            await listener.stop()
+
+    @property
+    def rocketmq_address(self) -> str:
+        """``host:port`` of the RocketMQ gRPC endpoint (the advertised host); "" when it is off."""
+        return self.rocketmq.address if self.rocketmq is not None else ""
 
     def _add_metrics(self, admin_app: web.Application, service: BrokerService, store: MessageStore) -> None:
         """``GET /metrics`` (``quasar.broker.metrics``) on a registry of this broker's own, and the owned
@@ -502,6 +540,7 @@ class BrokerApp:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._policy_task
             self._policy_task = None
+        await self._stop_rocketmq()
         if self._server is not None:
             self._server.close()
         if self.tls is not None:
