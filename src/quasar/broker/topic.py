@@ -17,6 +17,7 @@ from quasar.broker.errors import BacklogQuotaExceededError, NotAllowedError, Top
 from quasar.broker.policies import BacklogQuota, check_backlog_quota
 from quasar.broker.producer import Producer, PublishCallback
 from quasar.broker.subscription import Subscription, SubscriptionOptions
+from quasar.broker.tag_hash import entry_tag_hash
 from quasar.broker.topic_stats import TopicCounters
 from quasar.ledger.entry import Entry
 from quasar.ledger.managed_ledger import InitialPosition as LedgerInitialPosition
@@ -140,8 +141,9 @@ class PersistentTopic:
     def publish(self, data: memoryview, callback: PublishCallback) -> None:
         """Append one entry (SEND bytes after the command, verbatim); ``callback(position, None)`` once it is
         durable, ``callback(None, error)`` if not (``ManagedLedger.add_entry_callback``: no future or task per
-        entry on the publish path)."""
-        self.ledger.add_entry_callback(data, callback)
+        entry on the publish path). An entry with property ``TAGS`` gets its tag's hash in the consume queue
+        unit (RocketMQ ``tagsCode``, :mod:`quasar.broker.tag_hash`), whichever protocol sent it."""
+        self.ledger.add_entry_callback(data, callback, tag_hash=entry_tag_hash(data))
 
     def _on_new_entries(self) -> None:
         for subscription in self.subscriptions.values():

@@ -1,0 +1,1 @@
+"""RocketMQ 5 gRPC endpoint (issue 18)."""
