@@ -116,4 +116,5 @@ def test_entry_tag_hash_reads_the_tags_property():
     assert entry_tag_hash(_entry({"TAGS": "TagA"})[6:]) == HASH_A  # without the checksum header
     assert entry_tag_hash(memoryview(_entry({"k": "TAGS"}))) == 0  # TAGS as a value is no tag
     assert entry_tag_hash(memoryview(_entry({}))) == 0
+    assert entry_tag_hash(memoryview(_entry({"TAGS": "TagA"}, batch=True))) == 0  # a batch has no one tag
     assert entry_tag_hash(memoryview(b"\x0e\x01")) == 0  # truncated: never raises

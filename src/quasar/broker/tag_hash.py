@@ -76,6 +76,8 @@ def _tags_hash(metadata_bytes: bytes) -> int:
         message.ParseFromString(metadata_bytes)
     except DecodeError:  # an unparsable metadata was refused at publish anyway
         return 0
+    if message.HasField("num_messages_in_batch"):
+        return 0  # a batch: its messages' properties are in the payload, the entry has no one tag
     for item in message.properties:
         if item.key == PROPERTY_TAGS:
             return java_string_hash(item.value)
