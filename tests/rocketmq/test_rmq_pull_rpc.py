@@ -231,6 +231,9 @@ def test_bad_requests_get_a_status(stub, pulsar_client):
     assert status.code == definition.Code.ILLEGAL_OFFSET
     status, _, _ = _pull(stub, topic, 0, batch=0)
     assert status.code == definition.Code.BAD_REQUEST
+    status, _, _ = _pull(stub, topic, 0, polling_s=-1)
+    assert status.code == definition.Code.ILLEGAL_POLLING_TIME
+    assert _query(stub, topic, 7).status.code == definition.Code.BAD_REQUEST  # no such policy
     status, _, _ = _pull(stub, topic, 0, queue_id=1)  # not partitioned: queue 0 only
     assert status.code == definition.Code.TOPIC_NOT_FOUND
     status, _, _ = _pull(stub, "never-written-" + uuid.uuid4().hex[:6], 0)
