@@ -4,7 +4,8 @@
 so its log (``~/logs/rocketmq_python``) lands there, and the client's local-IP probe is pinned to loopback
 (``Misc._Misc__LOCAL_IP``: it would otherwise ``connect`` a UDP socket to a public address).
 ``rmq_broker`` (module): one ``quasar standalone`` with the RocketMQ endpoint on a free port, shared by the
-tests of a module (stopped by PID at teardown); ``rmq_endpoint``: its ``host:port``.
+tests of a module (stopped by PID at teardown), with strict delayed delivery (never early, as RocketMQ's
+timer); ``rmq_endpoint``: its ``host:port``.
 ``rmq_config(namespace="")``: a ``ClientConfiguration`` for it; ``stub``: a raw ``MessagingServiceStub`` on a
 channel to it; ``metadata(client_id=...)``: call metadata as the py client sends it.
 ``admin(broker, method, path, body)``: a tiny admin REST call (partitioned topics, namespaces).
@@ -46,7 +47,10 @@ def rmq_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 @pytest.fixture(scope="module")
 def rmq_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     directory = tmp_path_factory.mktemp("rmq-broker")
-    process = BrokerProcess(directory / "data", rocketmq_port=0)
+    config = directory / "broker.toml"
+    # RocketMQ's timer never delivers early; Pulsar's default tracker may deliver up to one tick early
+    config.write_text("is_delayed_delivery_deliver_at_time_strict = true\n")
+    process = BrokerProcess(directory / "data", rocketmq_port=0, extra_args=("--config", str(config)))
     process.start()
     try:
         yield process

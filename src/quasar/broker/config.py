@@ -416,6 +416,12 @@ class BrokerConfig:
                 raise ValueError(f"nameservers: {address!r} is not host:port (list them as h:p;h:p)")
         if self.broker_id and not self.broker_name:
             raise ValueError("broker_id needs broker_name (the broker group it belongs to)")
+        self._check_rocketmq()
+        self._check_replication()
+        self._check_authentication()
+        self._check_tls()
+
+    def _check_rocketmq(self) -> None:
         if not 0 <= self.rocketmq_port <= 65535:
             raise ValueError(f"rocketmq_port must be in 0..65535, got {self.rocketmq_port}")
         if not 0 < self.rocketmq_max_message_size <= self.max_message_size:
@@ -423,9 +429,6 @@ class BrokerConfig:
                 f"rocketmq_max_message_size must be in 1..max_message_size ({self.max_message_size}),"
                 f" got {self.rocketmq_max_message_size}"
             )
-        self._check_replication()
-        self._check_authentication()
-        self._check_tls()
 
     def _check_authentication(self) -> None:
         for name in ("authentication_providers", "super_user_roles"):

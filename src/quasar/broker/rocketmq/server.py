@@ -204,7 +204,12 @@ class RocketMQListener:
         )
         server.add_generic_rpc_handlers((Servicer(self.context, HANDLER_GROUPS).generic_handler(),))
         host = f"[{self.host}]" if ":" in self.host else self.host
-        bound = server.add_insecure_port(f"{host}:{self.requested_port}")
+        try:
+            bound = server.add_insecure_port(f"{host}:{self.requested_port}")
+        except RuntimeError as exc:  # grpc: "Failed to bind to address"
+            raise OSError(
+                f"cannot bind the RocketMQ gRPC port {self.host}:{self.requested_port}: {exc}"
+            ) from None
         if bound == 0:
             raise OSError(f"cannot bind the RocketMQ gRPC port {self.host}:{self.requested_port}")
         self.context.port = bound
