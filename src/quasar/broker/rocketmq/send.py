@@ -10,8 +10,10 @@ turning receipts into futures. The producer belongs to the client's registry rec
 (NotifyClientTermination, end of the Telemetry stream, idle expiry); sequence ids continue from the topic's
 last persisted one for that name, as a reconnecting Pulsar producer does.
 
-Queue choice (the request names none): a message group picks ``consistentHash(group.hashCode(), queues)``
-(Guava, as the proxy), so a group's messages stay on one queue in order; other messages go round robin. The
+Queue choice (the request names none) among the queues this broker writes (``RocketMQContext.local_queues``:
+all of them standalone, its group's in a cluster): a message group picks ``consistentHash(group.hashCode(),
+queues)`` (Guava, as the proxy), so a group's messages stay on one queue in order; other messages go round
+robin. The
 answer's ``offset`` is the entry's consume-queue offset, ``message_id`` and ``transaction_id`` the client's
 id. Several messages in one request (the py client never does it) are published one after the other; their
 entries' codes give the top-level status (MULTIPLE_RESULTS when they differ). All must name one topic
@@ -159,10 +161,15 @@ class SendActivity:
         mapped = map_message(message, max_body_size=ctx.settings.max_body_size)
         topic = ctx.topic_name(message.topic, metadata)
         queues = ctx.queue_count(topic)
+        local = ctx.local_queues(topic, queues)
+        if not local:
+            raise RocketMQError(
+                Code.FORBIDDEN, f"no writable queue of topic {topic.local_name} on this broker"
+            )
         if mapped.message_group:
-            queue_id = consistent_hash(java_string_hash(mapped.message_group), queues)
+            queue_id = local[consistent_hash(java_string_hash(mapped.message_group), len(local))]
         else:
-            queue_id = ctx.next_queue(topic, queues)
+            queue_id = local[ctx.next_queue(topic, len(local))]
         partition = ctx.queue_topic(topic, queue_id, queues)
         try:
             link = await self._link(record, partition, metadata)
