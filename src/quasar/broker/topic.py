@@ -18,6 +18,7 @@ from quasar.broker.errors import BacklogQuotaExceededError, NotAllowedError, Top
 from quasar.broker.policies import BacklogQuota, check_backlog_quota
 from quasar.broker.producer import Producer, PublishCallback
 from quasar.broker.subscription import Subscription, SubscriptionOptions
+from quasar.broker.tag_hash import entry_tag_hash
 from quasar.broker.topic_stats import TopicCounters
 from quasar.ledger.entry import Entry
 from quasar.ledger.managed_ledger import InitialPosition as LedgerInitialPosition
@@ -149,11 +150,15 @@ class PersistentTopic:
         """Append one entry (SEND bytes after the command, verbatim); ``callback(position, None)`` once it is
         durable, ``callback(None, error)`` if not (``ManagedLedger.add_entry_callback``: no future or task per
         entry on the publish path). ``properties`` / ``tag_hash`` go on the store record (the RocketMQ
-        endpoint's ``KEYS``/``UNIQ_KEY`` for the key index, and the tag's hash for the consume queue unit)."""
+        endpoint's ``KEYS``/``UNIQ_KEY`` for the key index, and the tag's hash for the consume queue unit); any
+        other entry with property ``TAGS`` (a Pulsar producer's) gets its tag's hash too (RocketMQ ``tagsCode``,
+        :mod:`quasar.broker.tag_hash`), so tag filters see it whichever protocol sent it."""
         if properties is None and not tag_hash:
-            self.ledger.add_entry_callback(data, callback)
-        else:
-            self.ledger.add_entry_callback(data, callback, properties=properties, tag_hash=tag_hash)
+            tag_hash = entry_tag_hash(data)
+            if not tag_hash:
+                self.ledger.add_entry_callback(data, callback)
+                return
+        self.ledger.add_entry_callback(data, callback, properties=properties, tag_hash=tag_hash)
 
     def _on_new_entries(self) -> None:
         for subscription in self.subscriptions.values():

@@ -255,6 +255,19 @@ class ManagedLedger:
         Raises ``ManagedLedgerStorageError`` when the store fails."""
         return self._reader.read_offsets(queue_offset, max_entries, max_bytes)
 
+    def read_matching(
+        self,
+        queue_offset: int,
+        max_entries: int,
+        tag_hashes: frozenset[int] | None,
+        max_scan: int,
+        max_bytes: int,
+    ) -> tuple[list[Entry], int]:
+        """Confirmed entries from ``queue_offset`` whose tag hash is in ``tag_hashes`` (None: all), filtered on
+        the consume queue without reading skipped records, at most ``max_scan`` units examined; returns them
+        and the offset after the last unit examined (:meth:`LedgerReader.read_matching`)."""
+        return self._reader.read_matching(queue_offset, max_entries, tag_hashes, max_scan, max_bytes)
+
     def read_entries(
         self, start: Position, max_entries: int, max_bytes: int = DEFAULT_READ_MAX_BYTES
     ) -> list[Entry]:

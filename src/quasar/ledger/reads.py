@@ -19,6 +19,7 @@ from quasar.ledger.ledger_table import LedgerTableView
 from quasar.ledger.paths import QUEUE_ID
 from quasar.ledger.position import Position
 from quasar.storage.port import MessageStorePort
+from quasar.storage.results import StoredMessage
 from quasar.storage.status import GetStatus
 
 __all__ = ["LedgerReader", "ReadBounds"]
@@ -107,6 +108,50 @@ class LedgerReader:
             if result.status in _SKIP_STATUSES and result.next_begin_offset >= end:
                 return [], end
             return [], offset
+        entries = self._entries_of(messages, end)
+        return entries, (entries[-1].queue_offset + 1 if entries else offset)
+
+    def read_matching(
+        self, offset: int, max_count: int, tag_hashes: frozenset[int] | None, max_scan: int, max_bytes: int
+    ) -> tuple[list[Entry], int]:
+        """Confirmed entries from queue ``offset`` whose consume queue tag hash is in ``tag_hashes`` (None: all),
+        at most ``max_count`` of them, examining at most ``max_scan`` units, within about ``max_bytes``; units
+        of other tags are skipped from the consume queue alone (the store's ``get_matching``, RocketMQ
+        ``isMatchedByConsumeQueue``). Returns the entries and the queue offset after the last unit examined
+        (past entries store retention removed, never past the confirmed end), so a filtered-out stretch is
+        read once. Raises ``ValueError`` for ``max_count`` or ``max_scan`` < 1, ``ManagedLedgerStorageError``
+        when the store fails."""
+        if max_count < 1 or max_scan < 1:
+            raise ValueError(f"max_count and max_scan must be >= 1, got {max_count}, {max_scan}")
+        end = self._bounds.confirmed_end_offset
+        offset = max(offset, self.first_available_offset())
+        while offset < end:
+            try:
+                result = self._store.get_matching(
+                    self._name,
+                    QUEUE_ID,
+                    offset,
+                    max_count,
+                    tag_hashes,
+                    min(max_scan, end - offset),
+                    max_bytes,
+                )
+            except QuasarError as exc:
+                raise ManagedLedgerStorageError(
+                    f"store failed to read {self._name} at {offset}: {exc}"
+                ) from exc
+            if result.messages or result.status is GetStatus.NO_MATCHED_MESSAGE:
+                return self._entries_of(result.messages, end), min(result.next_begin_offset, end)
+            if result.status in _SKIP_STATUSES and offset < result.next_begin_offset:
+                offset = min(result.next_begin_offset, end)  # removed data: go on where the queue continues
+                continue
+            break
+        return [], offset
+
+    def _entries_of(self, messages: list[StoredMessage], end: int) -> list[Entry]:
+        """The confirmed entries (below ``end``) of ``messages`` read from the store, with their positions."""
+        if not messages:
+            return []
         table = self._table
         ledger_id, ledger_first, ledger_end = table.ledger_at(table.index_of_offset(messages[0].queue_offset))
         entries = []
@@ -125,7 +170,7 @@ class LedgerReader:
                     message,
                 )
             )
-        return entries, (entries[-1].queue_offset + 1 if entries else offset)
+        return entries
 
     def find_newest_matching(self, condition: Callable[[Entry], bool]) -> Position | None:
         """The last confirmed entry for which ``condition`` holds, assuming it holds for a prefix of the

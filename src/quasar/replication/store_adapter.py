@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from quasar.replication.group_transfer import GroupTransfer
 from quasar.storage.port import MessageStorePort
-from quasar.storage.read_path import DEFAULT_MAX_GET_BYTES
+from quasar.storage.read_path import DEFAULT_MAX_FILTER_SCAN, DEFAULT_MAX_GET_BYTES
 from quasar.storage.results import GetResult, PutBatchResult, PutResult, StoredMessage
 from quasar.storage.status import PutStatus
 
@@ -191,6 +191,21 @@ class ReplicatedStore:
     ) -> GetResult:
         """The store's ``get`` (bound in ``__init__``)."""
         return self.store.get(topic, queue_id, queue_offset, max_count, max_bytes)
+
+    def get_matching(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        max_count: int,
+        tag_hashes: frozenset[int] | None,
+        max_scan: int = DEFAULT_MAX_FILTER_SCAN,
+        max_bytes: int = DEFAULT_MAX_GET_BYTES,
+    ) -> GetResult:
+        """The store's ``get_matching`` (a read through a tag filter)."""
+        return self.store.get_matching(
+            topic, queue_id, queue_offset, max_count, tag_hashes, max_scan, max_bytes
+        )
 
     def query(
         self, topic: str, key: str, begin_ms: int = 0, end_ms: int = 2**63 - 1, max_num: int = 32

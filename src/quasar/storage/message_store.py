@@ -32,7 +32,7 @@ files, and the one :class:`~quasar.storage.store_state.StoreState` holding the p
 reaches into another through ``self``:
 
 - :class:`~quasar.storage.write_path.StoreWriter`: ``put``, ``put_batch``;
-- :class:`~quasar.storage.read_path.StoreReader`: ``get``, ``get_by_offset``, ``query``, queue offsets;
+- :class:`~quasar.storage.read_path.StoreReader`: ``get``, ``get_matching``, ``get_by_offset``, ``query``, ...;
 - :class:`~quasar.storage.store_flushing.StoreFlusher`: ``wait_flushed``, ``flush``, flush threads, checkpoint;
 - :class:`~quasar.storage.clean_service.StoreRetention`: ``set_queue_min_offset``, ``clean_once``, disk guard;
 - :class:`~quasar.storage.replica_path.StoreReplica`: ``read_commit_log``, ``append_replicated``, replica mode,
@@ -40,8 +40,8 @@ reaches into another through ``self``:
 - :class:`~quasar.storage.queue_deletion.QueueDeletion`: ``delete_queue`` (a deleted topic's consume queue).
 
 ``put``, ``put_batch``, ``get`` and ``wait_flushed`` are bound onto the instance in ``__init__`` (the methods
-below document them and give mypy their signatures): the publish and dispatch paths pay no delegation call.
-The managed ledger sees the store only through :class:`~quasar.storage.port.MessageStorePort`.
+below document them and give mypy their signatures): the publish and dispatch paths pay no delegation call. The
+managed ledger sees the store only through :class:`~quasar.storage.port.MessageStorePort`.
 
 **Read visibility guarantee** (what the managed ledger relies on): when ``wait_flushed(end)`` resolves for a
 put, that put's consume queue unit exists and ``get`` returns the record (the unit is written before ``put``
@@ -191,6 +191,7 @@ class MessageStore(ReplicaFacade):
         self.put = self._writer.put  # type: ignore[method-assign]  # same signature, bound once
         self.put_batch = self._writer.put_batch  # type: ignore[method-assign]  # same signature, bound once
         self.get = self._reader.get  # type: ignore[method-assign]  # same signature, bound once
+        self.get_matching = self._reader.get_matching  # a consumer's tag filter (RocketMQ tagsCode)
         self.wait_flushed = self.flusher.wait_flushed  # type: ignore[method-assign]  # same signature
         self.on_flushed = self.flusher.on_flushed  # type: ignore[method-assign]  # same signature
 
@@ -467,8 +468,7 @@ class MessageStore(ReplicaFacade):
         max_count: int,
         max_bytes: int = DEFAULT_MAX_GET_BYTES,
     ) -> GetResult:
-        """:meth:`StoreReader.get <quasar.storage.read_path.StoreReader.get>`: up to ``max_count`` messages from
-        ``queue_offset`` on, bodies as zero-copy memoryviews."""
+        """:meth:`~.read_path.StoreReader.get`: up to ``max_count`` messages from ``queue_offset`` on (views)."""
         return self._reader.get(topic, queue_id, queue_offset, max_count, max_bytes)
 
     def get_by_offset(self, commit_log_offset: int, size: int) -> StoredMessage:

@@ -51,6 +51,22 @@ class MessageStorePort(Protocol):
         """Up to ``max_count`` messages from ``queue_offset`` on (bodies are zero-copy memoryviews)."""
         ...
 
+    def get_matching(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        max_count: int,
+        tag_hashes: frozenset[int] | None,
+        max_scan: int = ...,
+        max_bytes: int = ...,
+    ) -> GetResult:
+        """``get`` through a tag filter: units whose tag hash is not in ``tag_hashes`` (None: all match) are
+        skipped without reading the commit log, at most ``max_scan`` units are examined, and
+        ``next_begin_offset`` is the offset after the last unit examined (status ``NO_MATCHED_MESSAGE`` when
+        none matched)."""
+        ...
+
     def query(
         self, topic: str, key: str, begin_ms: int = 0, end_ms: int = ..., max_num: int = 32
     ) -> list[StoredMessage]:

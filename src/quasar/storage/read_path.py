@@ -30,6 +30,8 @@ from quasar.storage.store_state import StoreState
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_GET_BYTES = 4 * 1024 * 1024
+DEFAULT_MAX_FILTER_SCAN = 16_000
+"""Units :meth:`StoreReader.get_matching` examines at most per call (RocketMQ ``maxFilterMessageCount``)."""
 
 
 class StoreReader:
@@ -116,6 +118,75 @@ class StoreReader:
         if not messages:  # every unit read pointed at a damaged record
             return GetResult(GetStatus.MESSAGE_WAS_REMOVING, [], offset, min_offset, max_offset)
         return GetResult(GetStatus.FOUND, messages, offset, min_offset, max_offset)
+
+    def get_matching(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        max_count: int,
+        tag_hashes: frozenset[int] | None,
+        max_scan: int = DEFAULT_MAX_FILTER_SCAN,
+        max_bytes: int = DEFAULT_MAX_GET_BYTES,
+    ) -> GetResult:
+        """Up to ``max_count`` messages from ``queue_offset`` on whose consume queue unit's tag hash is in
+        ``tag_hashes`` (None: every unit matches), examining at most ``max_scan`` units and about ``max_bytes``
+        of records (RocketMQ ``DefaultMessageStore.getMessage`` with a ``MessageFilter``: a unit whose
+        ``tagsCode`` does not match is skipped by ``isMatchedByConsumeQueue`` **without reading the commit
+        log**; ``maxFilterMessageCount`` bounds the scan).
+
+        ``next_begin_offset`` is the queue offset after the last unit examined, so a filtered-out stretch is
+        not scanned again. Statuses as :meth:`get`, plus ``NO_MATCHED_MESSAGE`` when units were examined and
+        none matched. Raises ValueError for ``max_count < 1`` or ``max_scan < 1``, and what :meth:`get`
+        raises.
+        """
+        self._check_open()
+        if max_count < 1 or max_scan < 1:
+            raise ValueError(f"max_count and max_scan must be >= 1: {max_count}, {max_scan}")
+        queue = self._consume_queues.get(topic, queue_id)
+        if queue is None:
+            return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, [], 0, 0, 0)
+        min_offset, max_offset = queue.min_offset, queue.max_offset
+        if not min_offset <= queue_offset < max_offset:
+            return _outside_queue(queue_offset, min_offset, max_offset)
+        messages: list[StoredMessage] = []
+        offset = queue_offset
+        total_bytes = 0
+        end = min(max_offset, queue_offset + max_scan)
+        while offset < end and len(messages) < max_count:
+            try:
+                units = queue.read_units(offset, end - offset)
+            except OSError as exc:
+                raise ConsumeQueueUnavailableError(f"consume queue {topic}/{queue_id}: {exc}") from exc
+            if units is None:
+                if offset == queue_offset:
+                    next_offset = queue.next_file_queue_offset(offset)
+                    return GetResult(GetStatus.OFFSET_FOUND_NULL, [], next_offset, min_offset, max_offset)
+                break
+            for commit_log_offset, size, tag_hash in UNIT.iter_unpack(units):
+                if tag_hashes is not None and tag_hash not in tag_hashes:
+                    offset += 1  # isMatchedByConsumeQueue: no commit log read for a unit of another tag
+                    continue
+                if total_bytes and total_bytes + size > max_bytes:
+                    return GetResult(GetStatus.FOUND, messages, offset, min_offset, max_offset)
+                try:
+                    message = self._read_message(commit_log_offset, size, check_crc=True)
+                except CorruptRecordError as exc:
+                    log.error("%s/%d queue offset %d: %s; skipped", topic, queue_id, offset, exc)
+                    self.corrupt_records_skipped += 1
+                    offset += 1
+                    continue
+                if message is None:
+                    if messages:
+                        return GetResult(GetStatus.FOUND, messages, offset, min_offset, max_offset)
+                    return GetResult(GetStatus.MESSAGE_WAS_REMOVING, [], offset + 1, min_offset, max_offset)
+                messages.append(message)
+                total_bytes += size
+                offset += 1
+                if len(messages) >= max_count:
+                    break
+        status = GetStatus.FOUND if messages else GetStatus.NO_MATCHED_MESSAGE
+        return GetResult(status, messages, offset, min_offset, max_offset)
 
     def _read_message(
         self, commit_log_offset: int, size: int, *, check_crc: bool = False

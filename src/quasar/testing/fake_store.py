@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 from quasar.metadata.errors import MetadataStoreError
 from quasar.metadata.memory import MemoryMetadataStore
 from quasar.storage.errors import InvalidMessageError
-from quasar.storage.record import PROPERTY_KEYS, PROPERTY_UNIQ_KEY, encode_properties
+from quasar.storage.record import PROPERTY_KEYS, PROPERTY_TAG_HASH, PROPERTY_UNIQ_KEY, encode_properties
 from quasar.storage.results import GetResult, PutResult, StoredMessage
 from quasar.storage.status import GetStatus, PutStatus
 
@@ -283,6 +283,41 @@ class FakeMessageStore:
             return GetResult(GetStatus.NO_MATCHED_MESSAGE, [], queue_offset, low, high)
         return GetResult(GetStatus.FOUND, out, out[-1].queue_offset + 1, low, high)
 
+    def get_matching(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        max_count: int,
+        tag_hashes: frozenset[int] | None,
+        max_scan: int = 16_000,
+        max_bytes: int = 4 * 1024 * 1024,
+    ) -> GetResult:
+        """``get`` through a tag filter, as the real store's ``get_matching`` (the tag hash is read from the
+        ``TAG_HASH`` property the put stored)."""
+        if max_count < 1 or max_scan < 1:
+            raise ValueError(f"max_count and max_scan must be >= 1: {max_count}, {max_scan}")
+        head = self.get(topic, queue_id, queue_offset, 1, max_bytes)
+        if head.status is not GetStatus.FOUND:
+            return head
+        queue = self._queues[(topic, queue_id)]
+        low, high = queue.min_offset, queue.max_offset
+        out: list[StoredMessage] = []
+        total = 0
+        offset = queue_offset
+        for message in queue.messages[queue_offset - low : queue_offset - low + max_scan]:
+            if len(out) >= max_count:
+                break
+            if tag_hashes is not None and _tag_hash_of(message) not in tag_hashes:
+                offset += 1
+                continue
+            if out and total + message.body.nbytes > max_bytes:
+                break
+            out.append(message)
+            total += message.body.nbytes
+            offset += 1
+        return GetResult(GetStatus.FOUND if out else GetStatus.NO_MATCHED_MESSAGE, out, offset, low, high)
+
     def query(
         self, topic: str, key: str, begin_ms: int = 0, end_ms: int = 2**63 - 1, max_num: int = 32
     ) -> list[StoredMessage]:
@@ -314,6 +349,10 @@ class FakeMessageStore:
 
     def queues(self) -> list[tuple[str, int]]:
         return sorted(self._queues)
+
+
+def _tag_hash_of(message: StoredMessage) -> int:
+    return int(message.properties.get(PROPERTY_TAG_HASH, "0"))
 
 
 def _keys_of(message: StoredMessage) -> set[str]:

@@ -29,6 +29,7 @@ import grpc
 from quasar.broker.rocketmq.client_activity import ClientActivity
 from quasar.broker.rocketmq.clients import ClientRegistry
 from quasar.broker.rocketmq.context import RocketMQContext, RocketMQSettings, call_metadata
+from quasar.broker.rocketmq.pull import PullActivity
 from quasar.broker.rocketmq.route import RouteActivity
 from quasar.broker.rocketmq.send import SendActivity
 from quasar.broker.rocketmq.status import Code, RocketMQError, new_status, ok_status
@@ -46,6 +47,7 @@ HANDLER_GROUPS: tuple[Callable[[RocketMQContext], object], ...] = (
     RouteActivity,
     ClientActivity,
     SendActivity,
+    PullActivity,  # rmqpull: QueryOffset, PullMessage, GetOffset, UpdateOffset
     # rmqconsume and rmqpull: one line each for their handler group
 )
 """The handler groups of the servicer, in lookup order (the first with a method of an RPC's name serves it)."""
