@@ -22,6 +22,7 @@ import struct
 
 from google.protobuf.message import DecodeError
 
+from quasar.java_hash import java_string_hash
 from quasar.protocol import pb
 
 __all__ = ["PROPERTY_TAGS", "entry_tag_hash", "java_string_hash"]
@@ -29,23 +30,9 @@ __all__ = ["PROPERTY_TAGS", "entry_tag_hash", "java_string_hash"]
 PROPERTY_TAGS = "TAGS"
 """The property holding a message's tag (RocketMQ ``MessageConst.PROPERTY_TAGS``)."""
 
-_U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _TAGS_KEY_FIELD = re.compile(re.escape(b"\n\x04TAGS"))
 """``KeyValue.key = "TAGS"`` on the wire (field 1, length 4): present in the metadata of every tagged entry."""
-
-
-def java_string_hash(text: str) -> int:
-    """Java's ``String.hashCode()`` of ``text``: ``sum(u[i] * 31 ** (n - 1 - i))`` over its UTF-16 code units
-    ``u`` (a character outside the BMP counts as its two surrogates), wrapped to a signed 32-bit int, as Java's
-    ``int`` arithmetic does. ``""`` → 0, ``"a"`` → 97, ``"ab"`` → 3105. Lone surrogates are hashed as the code
-    units they are. Raises TypeError for a non-str."""
-    if not isinstance(text, str):
-        raise TypeError(f"java_string_hash takes a str, not {type(text).__name__}")
-    value = 0
-    for (unit,) in _U16.iter_unpack(text.encode("utf-16-be", "surrogatepass")):
-        value = (value * 31 + unit) & 0xFFFFFFFF
-    return value - 0x1_0000_0000 if value & 0x8000_0000 else value
 
 
 def entry_tag_hash(data: memoryview | bytes) -> int:

@@ -42,6 +42,7 @@ import struct
 import time
 from pathlib import Path
 
+from quasar.java_hash import java_string_hash
 from quasar.storage.errors import StoreLoadError
 from quasar.storage.mapped_file import fdatasync, reserve_space
 
@@ -60,19 +61,6 @@ DEFAULT_MAX_INDEX_NUM = 20_000_000
 INDEX_FILE_NAME_LENGTH = 17
 RESERVE_STEP = 1024 * 1024
 """Disk blocks for index items are reserved (``posix_fallocate``) this many bytes at a time."""
-
-
-def java_string_hash(key: str) -> int:
-    """Java ``String.hashCode()`` of ``key`` (over UTF-16 code units, wrapped to a signed 32-bit int)."""
-    h = 0
-    if key.isascii():
-        for byte in key.encode():
-            h = (31 * h + byte) & 0xFFFFFFFF
-    else:
-        data = key.encode("utf-16-be")
-        for (unit,) in struct.iter_unpack(">H", data):
-            h = (31 * h + unit) & 0xFFFFFFFF
-    return h - 0x100000000 if h & 0x80000000 else h
 
 
 def index_key_hash(key: str) -> int:

@@ -62,6 +62,7 @@ from quasar.broker.rocketmq.validation import (
     check_tag,
     check_topic,
 )
+from quasar.java_hash import java_string_hash
 from quasar.ledger.entry import Entry
 from quasar.protocol import (
     CompressionError,
@@ -103,16 +104,6 @@ DEFAULT_MAX_BODY_SIZE = 4 * 1024 * 1024
 
 _POSITION_ID_VERSION = "00"
 """First two hex digits of a position message id; the clients' own ids start with "01" (MessageIdCodec V1)."""
-
-
-def java_string_hash(text: str) -> int:
-    """Java ``String.hashCode()``: Σ s[i]·31^(n-1-i) over UTF-16 code units, wrapped to a signed 32-bit int
-    (RocketMQ's consume-queue tags code of a tag; 0 for "")."""
-    value = 0
-    data = text.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        value = (31 * value + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return value - (1 << 32) if value & 0x80000000 else value
 
 
 def consistent_hash(key: int, buckets: int) -> int:
