@@ -42,6 +42,35 @@ def test_base_port_layout_is_the_documented_one(tmp_path: Path) -> None:
     assert plan.nameserver_url == "nameserver://127.0.0.1:7002;127.0.0.1:7004"
 
 
+def test_rocketmq_ports_come_after_the_layout_and_change_none_of_it(tmp_path: Path) -> None:
+    plan = plan_cluster(
+        name="c", data_dir=tmp_path, host="127.0.0.1", brokers=3, nameservers=2, base_port=7000, rocketmq=True
+    )
+    assert [(b.port, b.admin_port, b.rocketmq_port) for b in plan.brokers] == [
+        (7006, 7007, 7012),
+        (7008, 7009, 7013),
+        (7010, 7011, 7014),
+    ]
+    assert [port for _, _, port in plan.ports()] == list(range(7000, 7015))
+    assert plan.brokers[0].rocketmq_address == "127.0.0.1:7012"
+    replicated = plan_cluster(
+        name="c", data_dir=tmp_path, host="127.0.0.1", brokers=2, nameservers=1, base_port=7000, slaves=1,
+        rocketmq=True,
+    )  # fmt: skip
+    # 4 + 4 processes x 3 ports = 7000..7015, then one RocketMQ port per process in the same order
+    assert [(b.name, b.rocketmq_port) for b in replicated.brokers] == [
+        ("broker-a", 7016), ("broker-a-1", 7017), ("broker-b", 7018), ("broker-b-1", 7019)
+    ]  # fmt: skip
+    doc = {
+        "etcd": {"endpoint": "http://127.0.0.1:7000", "peerUrl": "http://127.0.0.1:7001"},
+        "nameservers": [{"address": "127.0.0.1:7002", "http": "http://127.0.0.1:7003"}],
+        "brokers": [
+            {"serviceUrl": "pulsar://h:7004", "webServiceUrl": "http://h:7005", "rocketmqAddress": "h:7006"}
+        ],
+    }
+    assert previous_ports(doc) == [7000, 7001, 7002, 7003, 7004, 7005, 7006]
+
+
 def test_layout_limits(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="passes 65535"):
         plan_cluster(name="c", data_dir=tmp_path, host="127.0.0.1", brokers=3, nameservers=2, base_port=65530)

@@ -63,6 +63,25 @@ def quasar(
     )
 
 
+def _rocketmq_route(address: str, topic: str) -> int:
+    """The RocketMQ status code of a QueryRoute for ``topic`` at ``address`` (``HOST:PORT``), through the
+    generated stubs."""
+    import grpc
+
+    from quasar.broker.rocketmq.stubs import definition, service, service_grpc
+
+    with grpc.insecure_channel(address) as channel:
+        stub = service_grpc.MessagingServiceStub(channel)
+        request = service.QueryRouteRequest(
+            topic=definition.Resource(name=topic),
+            endpoints=definition.Endpoints(
+                scheme=definition.IPv4, addresses=[definition.Address(host="127.0.0.1", port=1)]
+            ),
+        )
+        answer = stub.QueryRoute(request, metadata=[("x-mq-client-id", "cluster-up-test")], timeout=10)
+    return int(answer.status.code)
+
+
 @needs_etcd
 def test_up_starts_every_member_and_sigterm_stops_them(cluster_factory: ClusterFactory) -> None:
     cluster = cluster_factory(brokers=3, nameservers=2)
@@ -83,6 +102,11 @@ def test_up_starts_every_member_and_sigterm_stops_them(cluster_factory: ClusterF
     for ns in state["nameservers"]:
         host, port = ns["address"].rsplit(":", 1)
         socket.create_connection((host, int(port)), timeout=5).close()
+    # every broker serves RocketMQ clients too, on ports after the rest of the layout
+    addresses = [b["rocketmqAddress"] for b in state["brokers"]]
+    assert len(set(addresses)) == 3
+    for address in addresses:
+        assert _rocketmq_route(address, "cluster-up-topic") == 20000  # QueryRoute OK (topic auto-created)
 
     status = quasar("cluster", "status", "--data-dir", str(cluster.data_dir))
     assert status.returncode == 0, status.stdout + status.stderr

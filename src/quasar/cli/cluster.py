@@ -148,6 +148,15 @@ def _broker_probe(broker: BrokerSpec) -> re.Pattern[str]:
     return BROKER_READY_HA if broker.replicated else BROKER_READY
 
 
+def _rocketmq_field(broker: BrokerSpec, ready: re.Match[str] | None) -> dict[str, str]:
+    """``{"rocketmqAddress": "HOST:PORT"}`` from the broker's readiness line (its `` rocketmq=`` field), else
+    from the plan; ``{}`` for a broker started with ``--no-rocketmq``."""
+    if broker.rocketmq_address is None:
+        return {}
+    found = re.search(r" rocketmq=(\S+)", ready.string) if ready else None
+    return {"rocketmqAddress": found.group(1) if found else broker.rocketmq_address}
+
+
 def _broker_child(
     broker: BrokerSpec, plan: ClusterPlan, nameservers: str, log_dir: Path, log_level: str
 ) -> Child:
@@ -166,7 +175,7 @@ def _broker_child(
         f"--nameservers={nameservers}",
         f"--metadata-store={plan.etcd.url}",
         *replication,
-        "--no-rocketmq",  # the port layout has no RocketMQ port yet: brokers on one host would collide on 8081
+        f"--rocketmq-port={broker.rocketmq_port}" if broker.rocketmq_port is not None else "--no-rocketmq",
         f"--log-level={log_level}",
     )
     env = child_environment(PYTHONUNBUFFERED="1")
@@ -218,6 +227,7 @@ class _Run:
                 "role": broker.role,  # configured; the live one follows the group's elections
                 "serviceUrl": service,
                 "webServiceUrl": web,
+                **_rocketmq_field(broker, match),
                 "dataDir": str(plan.data_dir_of(broker)),
                 **_pid_fields(child),
             }
@@ -412,6 +422,12 @@ def _console(stderr: bool = False) -> Console:
     type=click.FloatRange(min=0, min_open=True),
     help="Seconds each tier gets to exit after SIGTERM before SIGKILL.",
 )
+@click.option(
+    "--rocketmq/--no-rocketmq",
+    default=True,
+    show_default=True,
+    help="Serve RocketMQ 5 clients (gRPC) on every broker, on ports after the rest of the layout.",
+)
 def up(
     brokers: int,
     slaves: int,
@@ -425,6 +441,7 @@ def up(
     etcd_bin: str,
     startup_timeout: float,
     stop_timeout: float,
+    rocketmq: bool,
 ) -> None:
     """Start etcd, NAMESERVERS name servers and BROKERS broker groups (with SLAVES slaves each) here; Ctrl-C
     stops them all."""
@@ -451,6 +468,7 @@ def up(
             reuse=previous_ports(previous) if previous else None,
             slaves=slaves,
             replication=replication,
+            rocketmq=rocketmq,
         )
     except (ValueError, OSError) as exc:
         raise click.ClickException(f"cannot lay out the ports: {exc}") from None

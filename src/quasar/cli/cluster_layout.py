@@ -20,9 +20,13 @@ numbered group by group, master first: ``j = g * (S + 1) + k`` for broker id ``k
     B + 4 + 2N + 3j        broker j: HA listener (its slaves pull the commit log there while it is master)
 
 so ``--base-port 7000 --nameservers 2 --brokers 3 --slaves 1`` uses 7000..7023 (broker-a 7006..7008,
-broker-a-1 7009..7011, broker-b 7012..7014, ...). Without ``--base-port`` every port is a free one picked at
-start (a previous run's ports are reused when all are still free, so URLs stay the same across restarts of
-the same data directory).
+broker-a-1 7009..7011, broker-b 7012..7014, ...). The brokers' RocketMQ gRPC endpoints (on unless
+``--no-rocketmq``) come after all of these, one per broker process in the same order: ``B + L + j`` for a
+layout of ``L`` ports above, so ``--base-port 7000 --nameservers 2 --brokers 3`` serves RocketMQ clients on
+7012, 7013 and 7014 and the layout above is the same with or without them.
+
+Without ``--base-port`` every port is a free one picked at start (a previous run's ports are reused when all
+are still free, so URLs stay the same across restarts of the same data directory).
 
 Names and data: group ``g``'s master is ``broker-a`` (``broker-b``, ...) with its data in
 ``<data-dir>/broker-a``; its slaves are ``broker-a-1`` .. ``broker-a-S`` in ``<data-dir>/broker-a-1`` ...
@@ -36,7 +40,7 @@ Names and data: group ``g``'s master is ``broker-a`` (``broker-b``, ...) with it
      "nameservers": [{"name": "nameserver-0", "address": "HOST:P", "http": "http://HOST:P2", "pid": ...}],
      "brokers": [{"name": "broker-a", "group": "broker-a", "id": 0, "role": "master",
                   "serviceUrl": "pulsar://HOST:P", "webServiceUrl": "http://HOST:A",
-                  "dataDir": "/abs/path/broker-a", "pid": ...}],
+                  "rocketmqAddress": "HOST:R", "dataDir": "/abs/path/broker-a", "pid": ...}],
      "nameserverUrl": "nameserver://HOST:P;HOST:P"}
 
 A member not started yet has ``"pid": null``. With replication each broker entry also has ``"brokerRole"``
@@ -131,7 +135,8 @@ class NameServerSpec:
 @dataclass(frozen=True)
 class BrokerSpec:
     """One broker process. ``broker_role`` is its ``--broker-role`` (SYNC_MASTER, ASYNC_MASTER, SLAVE; "" =
-    no replication) and ``ha_port`` its ``--ha-port`` (None without replication)."""
+    no replication), ``ha_port`` its ``--ha-port`` (None without replication) and ``rocketmq_port`` its
+    ``--rocketmq-port`` (None: started with ``--no-rocketmq``)."""
 
     group: str
     broker_id: int
@@ -140,6 +145,7 @@ class BrokerSpec:
     admin_port: int
     ha_port: int | None = None
     broker_role: str = ""
+    rocketmq_port: int | None = None
 
     @property
     def name(self) -> str:
@@ -158,6 +164,11 @@ class BrokerSpec:
     @property
     def ha_address(self) -> str | None:
         return f"{self.host}:{self.ha_port}" if self.ha_port is not None else None
+
+    @property
+    def rocketmq_address(self) -> str | None:
+        """``HOST:PORT`` of its RocketMQ gRPC endpoint (what ``ClientConfiguration`` takes), None when off."""
+        return f"{self.host}:{self.rocketmq_port}" if self.rocketmq_port is not None else None
 
 
 @dataclass(frozen=True)
@@ -194,6 +205,11 @@ class ClusterPlan:
             out += [(f"{b.name} pulsar", b.host, b.port), (f"{b.name} admin", b.host, b.admin_port)]
             if b.ha_port is not None:
                 out.append((f"{b.name} ha", b.host, b.ha_port))
+        out += [
+            (f"{b.name} rocketmq", b.host, b.rocketmq_port)
+            for b in self.brokers
+            if b.rocketmq_port is not None
+        ]
         return out
 
     @property
@@ -233,6 +249,7 @@ def plan_cluster(
     reuse: list[int] | None = None,
     slaves: int = 0,
     replication: str = "sync",
+    rocketmq: bool = False,
 ) -> ClusterPlan:
     """Lay out a cluster of one etcd, ``nameservers`` name servers and ``brokers`` broker groups, each one
     master (broker id 0) and ``slaves`` slaves (ids 1..slaves).
@@ -242,6 +259,7 @@ def plan_cluster(
         slaves: slaves per group; 0 = no replication (brokers get no ``--broker-role`` and no HA port).
         replication: ``"sync"`` (masters are SYNC_MASTER) or ``"async"`` (ASYNC_MASTER); used when
             ``slaves`` >= 1.
+        rocketmq: give every broker process a RocketMQ gRPC port, after the rest of the layout.
         reuse: with ``base_port`` None, the ports of a previous run in layout order (:func:`previous_ports`);
             used when there are as many as needed and none is taken, else fresh free ports are picked.
 
@@ -258,7 +276,7 @@ def plan_cluster(
         raise ValueError(f"--replication must be one of {sorted(REPLICATION_MODES)}, got {replication!r}")
     per_broker = 3 if slaves else 2
     processes = brokers * (1 + slaves)
-    count = 2 + 2 * nameservers + per_broker * processes
+    count = 2 + 2 * nameservers + per_broker * processes + (processes if rocketmq else 0)
     hosts = [LOOPBACK, LOOPBACK] + [host] * (count - 2)
     if base_port is not None:
         if base_port < 1 or base_port + count - 1 > 65535:
@@ -274,13 +292,15 @@ def plan_cluster(
         for i in range(nameservers)
     )
     first = 2 + 2 * nameservers
+    rocketmq_first = first + per_broker * processes
     broker_specs = []
     for g in range(brokers):
         for k in range(1 + slaves):
             at = first + per_broker * (g * (1 + slaves) + k)
             role = "" if not slaves else REPLICATION_MODES[replication] if k == 0 else "SLAVE"
             ha = ports[at + 2] if slaves else None
-            broker_specs.append(BrokerSpec(group_name(g), k, host, ports[at], ports[at + 1], ha, role))
+            rmq = ports[rocketmq_first + g * (1 + slaves) + k] if rocketmq else None
+            broker_specs.append(BrokerSpec(group_name(g), k, host, ports[at], ports[at + 1], ha, role, rmq))
     return ClusterPlan(name, data_dir, host, etcd, ns_specs, tuple(broker_specs))
 
 
@@ -398,6 +418,7 @@ def previous_ports(doc: dict[str, Any]) -> list[int] | None:
             ports += [_port(broker["serviceUrl"]), _port(broker["webServiceUrl"])]
             if broker.get("haAddress"):
                 ports.append(_port("tcp://" + broker["haAddress"]))
+        ports += [_port("tcp://" + b["rocketmqAddress"]) for b in doc["brokers"] if b.get("rocketmqAddress")]
     except (KeyError, TypeError, ValueError):
         return None
     return ports

@@ -42,8 +42,9 @@ def _reachable(url: str | None, timeout_s: float = 1.0) -> bool:
 
 def _broker_urls(entry: dict[str, Any]) -> list[str | None]:
     urls = [entry.get("serviceUrl"), entry.get("webServiceUrl")]
-    if entry.get("haAddress"):
-        urls.append(entry.get("haAddress"))
+    for field in ("haAddress", "rocketmqAddress"):
+        if entry.get(field):
+            urls.append(entry.get(field))
     return urls
 
 
@@ -145,6 +146,8 @@ def urls_table(
         urls = f"{b.get('serviceUrl')}  {b.get('webServiceUrl')}"
         if b.get("haAddress"):
             urls += f"  ha={b.get('haAddress')}"
+        if b.get("rocketmqAddress"):
+            urls += f"  rocketmq={b.get('rocketmqAddress')}"
         rows.append((broker_name(b), b.get("pid"), role, urls))
     for name, pid, role, urls in rows:
         extra: list[str] = []
