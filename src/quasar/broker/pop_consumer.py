@@ -1,0 +1,479 @@
+"""Pop consumption: RocketMQ 5's POP (receive, invisible time, ack) on a Pulsar subscription.
+
+One :class:`PopQueue` serves one consumer group on one topic partition: the durable subscription of the
+group's name on that partition. It attaches one virtual Shared consumer to the subscription while receives wait
+or messages are in flight, so the subscription's own dispatcher (redeliveries first, delayed delivery, Shared
+round robin with Pulsar consumers of the same subscription) decides what is handed out, and acks go through the
+cursor like any Pulsar individual ack.
+
+- A receive is a :class:`PopWaiter` with room for ``batch`` entries; it may wait on several queues (RocketMQ's
+  queue id ``-1``: any partition). The virtual consumer's permits are the waiting room, so nothing is read ahead
+  of a receive; an entry the dispatcher hands over when no waiter has room goes back to the subscription without
+  counting as a redelivery.
+- An entry handed to a waiter is *in flight*: invisible to every other receive until ``retrieve_ms +
+  invisible_ms`` (wall clock, ms). Its receipt is ``(queue offset, retrieve_ms)``; changing the invisible time
+  gives a new ``retrieve_ms`` (strictly larger), so an older receipt no longer matches (RocketMQ's
+  ChangeInvisibleDuration acks the old checkpoint).
+- Not acked in time: the entry is redelivered through the subscription (Pulsar's redelivery count + 1, so the
+  next delivery's ``attempt`` = count + 1). An entry handed over with ``attempt > max_delivery_attempts`` is
+  dead-lettered instead (the owner's ``dead_letter`` coroutine copies it, then it is acked), as the RocketMQ
+  proxy does on pop (reference rocketmq-grpc.md §6).
+- ``accept`` (the group's tag filter) is applied on hand-over; entries it refuses are acked for this group (the
+  proxy auto-acks messages whose tag does not match).
+- FIFO (``fifo``, RocketMQ orderly consumption): entries of one message group (``key_of``, the ordering key) are
+  handed out one at a time, in queue order: the next waits in the queue until the previous one is acked or
+  dead-lettered; an expired one is handed out again first, with attempt + 1 (its redelivery count grows the
+  same way). At most ``MAX_PARKED`` entries wait per queue; beyond that the dispatcher stops handing over.
+
+Owned asyncio objects: one expiry timer per queue and the dead-letter tasks; :meth:`PopQueue.close` cancels
+both (the owner calls it when the queue's topic is unloaded or the broker stops).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from quasar.broker.consumer import Consumer
+from quasar.broker.subscription import Subscription
+from quasar.errors import QuasarError
+from quasar.ledger.position import Position
+from quasar.protocol.enums import SubType
+
+__all__ = ["MAX_PARKED", "PopItem", "PopQueue", "PopWaiter"]
+
+log = logging.getLogger(__name__)
+
+MAX_PARKED = 1000
+"""Entries of blocked FIFO message groups one queue holds at most before it stops taking more."""
+
+_POP_CONSUMER_ID = -1  # not on any connection: never reused by a Pulsar consumer id
+
+
+@dataclass(slots=True, eq=False)
+class PopItem:
+    """One entry popped from a queue.
+
+    ``attempt``: delivery attempt (1 on the first delivery; RocketMQ ``delivery_attempt``);
+    ``retrieve_ms`` / ``invisible_ms``: when it was handed out (wall clock, ms) and for how long it stays
+    invisible (ms); ``key``: its FIFO message group (ordering key), or None.
+    """
+
+    queue: PopQueue
+    position: Position
+    queue_offset: int
+    data: memoryview
+    attempt: int
+    key: str | None = None
+    retrieve_ms: int = 0
+    invisible_ms: int = 0
+    dead_lettering: bool = False
+
+    @property
+    def expires_ms(self) -> int:
+        """Wall-clock ms at which it becomes visible again."""
+        return self.retrieve_ms + self.invisible_ms
+
+
+class PopWaiter:
+    """A receive waiting for up to ``room`` entries, each made invisible for ``invisible_ms``."""
+
+    def __init__(self, room: int, invisible_ms: int) -> None:
+        if room < 1:
+            raise ValueError(f"a receive needs room for at least one message, not {room}")
+        self.room = room
+        self.invisible_ms = invisible_ms
+        self.items: list[PopItem] = []
+        self.queues: list[PopQueue] = []
+        self._arrived = asyncio.get_running_loop().create_future()
+
+    def take(self, item: PopItem) -> None:
+        """A queue hands ``item`` (already in flight) to this receive."""
+        self.items.append(item)
+        self.room -= 1
+        if not self._arrived.done():
+            self._arrived.set_result(None)
+
+    async def wait(self, queues: list[PopQueue], timeout_s: float) -> list[PopItem]:
+        """Wait on ``queues`` up to ``timeout_s`` seconds for a first entry, then take what the same
+        dispatch rounds hand over; returns the entries (possibly none). Cancellable: entries taken before a
+        cancellation stay in flight and become visible again after their invisible time."""
+        try:
+            for queue in queues:
+                queue.add_waiter(self)
+                if self.room <= 0:
+                    break
+            if not self.items and timeout_s > 0:
+                try:
+                    async with asyncio.timeout(timeout_s):
+                        await asyncio.shield(self._arrived)
+                except TimeoutError:
+                    pass
+            if self.items and self.room > 0:
+                await asyncio.sleep(0)  # the other partitions' rounds of this loop iteration
+        finally:
+            for queue in self.queues:
+                queue.remove_waiter(self)
+            self.queues.clear()
+        return self.items
+
+
+@dataclass(slots=True, eq=False)
+class _PopConnection:
+    """The virtual consumer's connection: deliveries go to the queue instead of a socket."""
+
+    queue: PopQueue
+    writable: bool = True
+    remote_address: str = "rocketmq-pop"
+
+    def send_message(
+        self,
+        consumer_id: int,
+        position: Position,
+        partition: int,
+        headers_and_payload: memoryview,
+        redelivery_count: int,
+        ack_set: list[int] | None = None,
+    ) -> None:
+        self.queue.on_message(position, headers_and_payload, redelivery_count)
+
+    def send_close_consumer(self, consumer_id: int) -> None:
+        self.queue.on_closed_by_broker()
+
+    def send_active_consumer_change(self, consumer_id: int, is_active: bool) -> None:
+        pass
+
+    def send_reached_end_of_topic(self, consumer_id: int) -> None:
+        pass
+
+
+@dataclass(slots=True, eq=False)
+class _Chain:
+    """The entries of one FIFO message group held by a queue; only the head may be in flight."""
+
+    items: deque[PopItem] = field(default_factory=deque)
+
+
+class PopQueue:
+    """Pop state of one consumer group on one partition's subscription (module docstring).
+
+    ``dead_letter(item)`` copies an entry to the group's dead-letter topic (raises on failure; the copy is
+    then tried again every ``retry_after_ms`` while the entry stays invisible). ``key_of(data)`` gives an
+    entry's FIFO message group.
+    """
+
+    def __init__(
+        self,
+        subscription: Subscription,
+        *,
+        group: str,
+        dead_letter: Callable[[PopItem], Awaitable[None]],
+        key_of: Callable[[memoryview], str | None],
+        max_delivery_attempts: int = 17,
+        fifo: bool = False,
+        retry_after_ms: int = 10_000,
+    ) -> None:
+        self.subscription = subscription
+        self.group = group
+        self.max_delivery_attempts = max_delivery_attempts
+        self.fifo = fifo
+        self.accept: Callable[[memoryview], bool] | None = None
+        self._dead_letter = dead_letter
+        self._key_of = key_of
+        self._retry_after_ms = retry_after_ms
+        self._consumer: Consumer | None = None
+        self._waiters: list[PopWaiter] = []
+        self._ready: deque[PopItem] = deque()
+        self._inflight: dict[int, PopItem] = {}  # queue offset -> item
+        self._chains: dict[str, _Chain] = {}
+        self._parked = 0
+        self._expiry: list[tuple[int, int, int]] = []  # (expires_ms, queue offset, retrieve_ms)
+        self._timer: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.closed = False
+
+    # ------------------------------------------------------------------ receive side
+    @property
+    def in_flight(self) -> int:
+        """Entries handed out and neither acked nor visible again."""
+        return len(self._inflight)
+
+    def add_waiter(self, waiter: PopWaiter) -> None:
+        """Let ``waiter`` take entries of this queue (ready ones at once, then as the dispatcher hands them
+        over). Raises ``ConsumerBusyError`` when the subscription serves an Exclusive/Failover consumer."""
+        if self.closed:
+            return
+        self._attach()
+        waiter.queues.append(self)
+        self._waiters.append(waiter)
+        self._drain()
+        self._update_permits()
+
+    def remove_waiter(self, waiter: PopWaiter) -> None:
+        """``waiter`` stops taking entries; non-FIFO entries nobody waits for go back to the subscription."""
+        if waiter in self._waiters:
+            self._waiters.remove(waiter)
+        if not self._waiters and not self.fifo:
+            self._give_back_ready()
+        self._update_permits()
+        self._detach_if_idle()
+
+    def _attach(self) -> None:
+        if self._consumer is not None:
+            return
+        consumer = Consumer(
+            _POP_CONSUMER_ID, f"rocketmq-pop-{self.group}", _PopConnection(self), self.subscription
+        )
+        self.subscription.add_consumer(consumer, SubType.Shared)
+        self._consumer = consumer
+
+    def _detach_if_idle(self) -> None:
+        consumer = self._consumer
+        if consumer is None or self._waiters or self._inflight or self._ready or self._parked:
+            return
+        self._consumer = None
+        self.subscription.remove_consumer(consumer)
+
+    def _update_permits(self) -> None:
+        consumer = self._consumer
+        if consumer is None:
+            return
+        room = sum(w.room for w in self._waiters) - len(self._ready)
+        consumer.permits = max(room, 0) if self._parked < MAX_PARKED else 0
+        if consumer.permits > 0:
+            self.subscription.schedule_dispatch()
+
+    def on_message(self, position: Position, data: memoryview, redelivery_count: int) -> None:
+        """The dispatcher handed ``position`` (stored bytes ``data``, redelivered ``redelivery_count`` times)
+        to the virtual consumer."""
+        offset = self.subscription.topic.ledger.table.offset_of(position)
+        if offset is None:  # names no entry any more (trimmed meanwhile)
+            self._ack_position(position)
+            return
+        item = PopItem(self, position, offset, data, redelivery_count + 1)
+        if self.fifo:
+            try:
+                item.key = self._key_of(data)
+            except QuasarError:
+                item.key = None
+            if item.key is not None:
+                chain = self._chains.setdefault(item.key, _Chain())
+                chain.items.append(item)
+                if len(chain.items) > 1:  # waits for the message before it
+                    self._parked += 1
+                    self._update_permits()
+                    return
+        self._ready.append(item)
+        self._drain()
+        if not self._waiters and not self.fifo:
+            self._give_back_ready()
+        self._update_permits()
+
+    def _drain(self) -> None:
+        """Hand ready entries to waiters with room (dead-letter or filter them on the way)."""
+        while self._ready:
+            waiter = next((w for w in self._waiters if w.room > 0), None)
+            if waiter is None:
+                return
+            item = self._ready.popleft()
+            if item.attempt > self.max_delivery_attempts:
+                self._start_dead_letter(item)
+                continue
+            accept = self.accept
+            if accept is not None and not accept(item.data):
+                self._finish(item)  # not for this group: acked, as the proxy does
+                continue
+            now = _now_ms()
+            item.retrieve_ms = now
+            item.invisible_ms = waiter.invisible_ms
+            self._track(item)
+            waiter.take(item)
+
+    def _give_back_ready(self) -> None:
+        consumer = self._consumer
+        if consumer is None or not self._ready:
+            return
+        positions = [item.position for item in self._ready if item.key is None]
+        self._ready = deque(item for item in self._ready if item.key is not None)
+        if positions:
+            self.subscription.redeliver_unacknowledged(consumer, positions, count_redelivery=False)
+
+    def give_back(self, item: PopItem) -> None:
+        """Return an in-flight entry that never reached its client (the receive was cancelled): visible
+        again at once, without counting a delivery attempt."""
+        if self._inflight.get(item.queue_offset) is not item:
+            return
+        del self._inflight[item.queue_offset]
+        if item.key is not None:
+            self._ready.appendleft(item)
+            self._drain()
+        elif self._consumer is not None:
+            self.subscription.redeliver_unacknowledged(
+                self._consumer, [item.position], count_redelivery=False
+            )
+        self._update_permits()
+        self._detach_if_idle()
+
+    # ------------------------------------------------------------------ receipts
+    def lookup(self, queue_offset: int, retrieve_ms: int) -> PopItem | None:
+        """The in-flight entry a receipt names, or None when it is unknown, stale (superseded by a newer
+        receipt, acked, visible again) or expired."""
+        item = self._inflight.get(queue_offset)
+        if item is None or item.retrieve_ms != retrieve_ms or item.dead_lettering:
+            return None
+        if item.expires_ms <= _now_ms():
+            return None
+        return item
+
+    def ack(self, item: PopItem) -> None:
+        """Acknowledge an in-flight entry (an individual ack on the cursor)."""
+        if self._inflight.get(item.queue_offset) is not item:
+            return
+        del self._inflight[item.queue_offset]
+        self._finish(item)
+
+    def change_invisible(self, item: PopItem, invisible_ms: int) -> PopItem:
+        """Make ``item`` invisible for ``invisible_ms`` from now; returns it with a new ``retrieve_ms``
+        (strictly larger than the previous one), so the previous receipt no longer matches."""
+        item.retrieve_ms = max(_now_ms(), item.retrieve_ms + 1)
+        item.invisible_ms = invisible_ms
+        self._track(item)
+        return item
+
+    def dead_letter_now(self, item: PopItem) -> None:
+        """ForwardMessageToDeadLetterQueue: copy ``item`` to the dead-letter topic, then ack it."""
+        if self._inflight.get(item.queue_offset) is not item:
+            return
+        del self._inflight[item.queue_offset]
+        self._start_dead_letter(item)
+
+    # ------------------------------------------------------------------ expiry
+    def _track(self, item: PopItem) -> None:
+        self._inflight[item.queue_offset] = item
+        heapq.heappush(self._expiry, (item.expires_ms, item.queue_offset, item.retrieve_ms))
+        self._arm()
+
+    def _arm(self) -> None:
+        while self._expiry:
+            _, offset, retrieve = self._expiry[0]
+            item = self._inflight.get(offset)
+            if item is not None and item.retrieve_ms == retrieve and not item.dead_lettering:
+                break
+            heapq.heappop(self._expiry)  # superseded
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._expiry and not self.closed:
+            delay = max(self._expiry[0][0] - _now_ms(), 0) / 1000
+            self._timer = asyncio.get_running_loop().call_later(delay, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        now = _now_ms()
+        expired: list[PopItem] = []
+        while self._expiry and self._expiry[0][0] <= now:
+            _, offset, retrieve = heapq.heappop(self._expiry)
+            item = self._inflight.get(offset)
+            if item is not None and item.retrieve_ms == retrieve and not item.dead_lettering:
+                del self._inflight[offset]
+                expired.append(item)
+        fifo_again = [item for item in expired if item.key is not None]
+        positions = [item.position for item in expired if item.key is None]
+        for item in reversed(fifo_again):  # head of its chain again, handed out first
+            counts = self.subscription.redelivery_counts
+            counts[item.position] = counts.get(item.position, 0) + 1
+            item.attempt += 1
+            self._ready.appendleft(item)
+        if positions and self._consumer is not None:
+            self.subscription.redeliver_unacknowledged(self._consumer, positions)
+        if fifo_again:
+            self._drain()
+        self._update_permits()
+        self._arm()
+
+    # ------------------------------------------------------------------ ack and dead letters
+    def _finish(self, item: PopItem) -> None:
+        """``item`` is done for this group (acked, filtered out or dead-lettered): ack it, and let its FIFO
+        message group's next entry go."""
+        self._ack_position(item.position)
+        if item.key is not None:
+            chain = self._chains.get(item.key)
+            if chain is not None and chain.items and chain.items[0] is item:
+                chain.items.popleft()
+                if chain.items:
+                    self._parked -= 1
+                    self._ready.append(chain.items[0])
+                    self._drain()
+                else:
+                    del self._chains[item.key]
+        self._update_permits()
+        self._detach_if_idle()
+
+    def _ack_position(self, position: Position) -> None:
+        consumer = self._consumer
+        if consumer is None:
+            return
+        try:
+            self.subscription.ack_individual(consumer, [position])
+        except QuasarError as exc:  # trimmed away meanwhile: nothing left to ack
+            log.debug("pop ack of %s on %s failed: %s", position, self.group, exc)
+
+    def _start_dead_letter(self, item: PopItem) -> None:
+        item.dead_lettering = True
+        self._inflight[item.queue_offset] = item
+        task = asyncio.get_running_loop().create_task(
+            self._run_dead_letter(item), name=f"pop-dead-letter:{self.group}"
+        )
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run_dead_letter(self, item: PopItem) -> None:
+        while True:
+            try:
+                await self._dead_letter(item)
+                break
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the copy failed: tried again after the retry time, still invisible
+                log.exception("dead-lettering %s of group %s failed", item.position, self.group)
+            await asyncio.sleep(self._retry_after_ms / 1000)
+        if self._inflight.get(item.queue_offset) is item:
+            del self._inflight[item.queue_offset]
+            self._finish(item)
+
+    # ------------------------------------------------------------------ life cycle
+    def on_closed_by_broker(self) -> None:
+        """The subscription disconnected its consumers (admin, unload): forget the pop state."""
+        self._consumer = None
+        self.close()
+
+    def close(self) -> None:
+        """Cancel the expiry timer and dead-letter tasks and let waiters go; in-flight entries become
+        visible again when the subscription is next read (they were never acked). Idempotent."""
+        self.closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for task in list(self._tasks):
+            task.cancel()
+        for waiter in list(self._waiters):
+            if self in waiter.queues:
+                waiter.queues.remove(self)
+        self._waiters.clear()
+        self._inflight.clear()
+        self._ready.clear()
+        self._chains.clear()
+        self._parked = 0
+        self._expiry.clear()
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None and consumer in self.subscription.consumers:
+            self.subscription.remove_consumer(consumer)
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
