@@ -21,8 +21,10 @@ from quasar.testing.fake_store import FakeMessageStore, FakeMetadataStore
 CONFIG = ManagedLedgerConfig(max_entries_per_ledger=100, min_ledger_rollover_time_ms=0)
 
 
-def entry(sequence_id: int, key: str | None = None) -> bytes:
+def entry(sequence_id: int, key: str | None = None, batch: int | None = None) -> bytes:
     meta = MessageMetadata(producer_name="p", sequence_id=sequence_id, publish_time=1)
+    if batch is not None:
+        meta.num_messages_in_batch = batch
     if key is not None:
         meta.ordering_key = key.encode()
     raw = meta.SerializeToString()
@@ -207,3 +209,19 @@ async def test_a_cancelled_receive_gives_entries_back_uncounted(topic):
     assert again.attempt == 1 and body(again) == b"m0"
     queue.close()
     assert queue.subscription.consumers == []
+
+
+async def test_batch_indexes_are_acked_one_by_one(topic):
+    await publish(topic, entry(0, batch=3))
+    queue, _ = await queue_on(topic)
+    (item,) = await pop(queue, 1, invisible_ms=100)
+    queue.ack_index(item, 1, 3)
+    assert queue.acked_indexes(item) == 0b101
+    with pytest.raises(ValueError, match="outside"):
+        queue.ack_index(item, 3, 3)
+    (again,) = await pop(queue, 1, wait_s=2)  # redelivered: the cursor still knows index 1 is acked
+    assert again.attempt == 2 and queue.acked_indexes(again) == 0b101
+    queue.ack_index(again, 0, 3)
+    queue.ack_index(again, 2, 3)
+    assert queue.subscription.cursor.number_of_entries_in_backlog == 0
+    assert queue.lookup(again.queue_offset, again.retrieve_ms) is None

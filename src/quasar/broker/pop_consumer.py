@@ -337,6 +337,28 @@ class PopQueue:
         del self._inflight[item.queue_offset]
         self._finish(item)
 
+    def ack_index(self, item: PopItem, index: int, size: int) -> None:
+        """Acknowledge message ``index`` of the ``size`` messages of a batch entry in flight (a batch-index
+        ack on the cursor, PIP-54); the entry counts as acked once every index is. Raises ValueError for an
+        index outside the batch."""
+        if not 0 <= index < size:
+            raise ValueError(f"batch index {index} is outside a batch of {size} messages")
+        if self._inflight.get(item.queue_offset) is not item or self._consumer is None:
+            return
+        remaining = ((1 << size) - 1) & ~(1 << index)
+        cursor = self.subscription.cursor
+        try:
+            self.subscription.ack_batch_index(self._consumer, item.position, remaining)
+        except QuasarError as exc:
+            log.debug("pop batch ack of %s on %s failed: %s", item.position, self.group, exc)
+            return
+        if cursor.is_acked(item.position):
+            self.ack(item)
+
+    def acked_indexes(self, item: PopItem) -> int | None:
+        """Bit set of the batch indexes of ``item`` still unacknowledged, or None when none was acked."""
+        return self.subscription.cursor.batch_ack_set(item.position)
+
     def change_invisible(self, item: PopItem, invisible_ms: int) -> PopItem:
         """Make ``item`` invisible for ``invisible_ms`` from now; returns it with a new ``retrieve_ms``
         (strictly larger than the previous one), so the previous receipt no longer matches."""
@@ -416,7 +438,7 @@ class PopQueue:
 
     def _ack_position(self, position: Position) -> None:
         consumer = self._consumer
-        if consumer is None:
+        if consumer is None or self.subscription.cursor.is_acked(position):
             return
         try:
             self.subscription.ack_individual(consumer, [position])
