@@ -225,3 +225,16 @@ async def test_batch_indexes_are_acked_one_by_one(topic):
     queue.ack_index(again, 2, 3)
     assert queue.subscription.cursor.number_of_entries_in_backlog == 0
     assert queue.lookup(again.queue_offset, again.retrieve_ms) is None
+
+
+async def test_auto_renew_keeps_an_entry_hidden_while_its_client_is_connected(topic):
+    await publish(topic, entry(0))
+    sub = await topic.get_or_create_subscription("g", durable=True, initial_position=InitialPosition.Earliest)
+    alive = {"c1"}
+    queue = PopQueue(sub, group="g", dead_letter=Letters(), key_of=key_of, is_alive=alive.__contains__)
+    (item,) = await PopWaiter(1, 100, owner="c1", auto_renew=True).wait([queue], 0.05)
+    assert await pop(queue, 1, wait_s=0.4) == []  # renewed several times meanwhile
+    assert queue.lookup(item.queue_offset, item.retrieve_ms) is item  # the same receipt still works
+    alive.clear()  # the client went away: no more renewals
+    (again,) = await pop(queue, 1, wait_s=2)
+    assert again.attempt == 2

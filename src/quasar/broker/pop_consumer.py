@@ -18,6 +18,9 @@ cursor like any Pulsar individual ack.
   next delivery's ``attempt`` = count + 1). An entry handed over with ``attempt > max_delivery_attempts`` is
   dead-lettered instead (the owner's ``dead_letter`` coroutine copies it, then it is acked), as the RocketMQ
   proxy does on pop (reference rocketmq-grpc.md §6).
+- Auto-renew (push consumers): entries received with ``auto_renew`` are renewed ``RENEW_AHEAD_MS`` before
+  they would become visible, by their invisible time again, while their client is connected and for at most
+  ``MAX_RENEW_MS``; the receipt stays the same. ChangeInvisibleDuration ends the renewals.
 - ``accept`` (the group's tag filter) is applied on hand-over; entries it refuses are acked for this group (the
   proxy auto-acks messages whose tag does not match).
 - FIFO (``fifo``, RocketMQ orderly consumption): entries of one message group (``key_of``, the ordering key) are
@@ -45,9 +48,14 @@ from quasar.errors import QuasarError
 from quasar.ledger.position import Position
 from quasar.protocol.enums import SubType
 
-__all__ = ["MAX_PARKED", "PopItem", "PopQueue", "PopWaiter"]
+__all__ = ["MAX_PARKED", "MAX_RENEW_MS", "RENEW_AHEAD_MS", "PopItem", "PopQueue", "PopWaiter"]
 
 log = logging.getLogger(__name__)
+
+MAX_RENEW_MS = 3 * 3600 * 1000
+"""Auto-renewal stops this long after an entry was handed out (the proxy's ``renewMaxTimeMillis``, 3 h)."""
+RENEW_AHEAD_MS = 10_000
+"""An auto-renewed entry is renewed this long before it would become visible (the proxy's 10 s)."""
 
 MAX_PARKED = 1000
 """Entries of blocked FIFO message groups one queue holds at most before it stops taking more."""
@@ -73,6 +81,9 @@ class PopItem:
     retrieve_ms: int = 0
     invisible_ms: int = 0
     dead_lettering: bool = False
+    owner: str = ""
+    renew_step_ms: int = 0
+    renew_until_ms: int = 0
 
     @property
     def expires_ms(self) -> int:
@@ -81,13 +92,17 @@ class PopItem:
 
 
 class PopWaiter:
-    """A receive waiting for up to ``room`` entries, each made invisible for ``invisible_ms``."""
+    """A receive waiting for up to ``room`` entries, each made invisible for ``invisible_ms``. With
+    ``auto_renew`` the broker renews their invisible time while client ``owner`` is connected (the proxy's
+    auto-renew for push consumers, up to ``MAX_RENEW_MS``)."""
 
-    def __init__(self, room: int, invisible_ms: int) -> None:
+    def __init__(self, room: int, invisible_ms: int, *, owner: str = "", auto_renew: bool = False) -> None:
         if room < 1:
             raise ValueError(f"a receive needs room for at least one message, not {room}")
         self.room = room
         self.invisible_ms = invisible_ms
+        self.owner = owner
+        self.auto_renew = auto_renew
         self.items: list[PopItem] = []
         self.queues: list[PopQueue] = []
         self._arrived = asyncio.get_running_loop().create_future()
@@ -164,7 +179,8 @@ class PopQueue:
 
     ``dead_letter(item)`` copies an entry to the group's dead-letter topic (raises on failure; the copy is
     then tried again every ``retry_after_ms`` while the entry stays invisible). ``key_of(data)`` gives an
-    entry's FIFO message group.
+    entry's FIFO message group. ``is_alive(owner)`` tells whether the client that received an auto-renewed
+    entry is still connected (without it, auto-renewed entries are renewed until ``MAX_RENEW_MS``).
     """
 
     def __init__(
@@ -177,6 +193,7 @@ class PopQueue:
         max_delivery_attempts: int = 17,
         fifo: bool = False,
         retry_after_ms: int = 10_000,
+        is_alive: Callable[[str], bool] | None = None,
     ) -> None:
         self.subscription = subscription
         self.group = group
@@ -186,6 +203,7 @@ class PopQueue:
         self._dead_letter = dead_letter
         self._key_of = key_of
         self._retry_after_ms = retry_after_ms
+        self._is_alive = is_alive
         self._consumer: Consumer | None = None
         self._waiters: list[PopWaiter] = []
         self._ready: deque[PopItem] = deque()
@@ -198,6 +216,11 @@ class PopQueue:
         self.closed = False
 
     # ------------------------------------------------------------------ receive side
+    @property
+    def idle(self) -> bool:
+        """No receive waits and nothing is in flight or held (the virtual consumer is detached)."""
+        return self._consumer is None and not self._inflight and not self._waiters
+
     @property
     def in_flight(self) -> int:
         """Entries handed out and neither acked nor visible again."""
@@ -291,6 +314,9 @@ class PopQueue:
             now = _now_ms()
             item.retrieve_ms = now
             item.invisible_ms = waiter.invisible_ms
+            item.owner = waiter.owner
+            item.renew_step_ms = waiter.invisible_ms if waiter.auto_renew else 0
+            item.renew_until_ms = now + MAX_RENEW_MS if waiter.auto_renew else 0
             self._track(item)
             waiter.take(item)
 
@@ -364,6 +390,7 @@ class PopQueue:
         (strictly larger than the previous one), so the previous receipt no longer matches."""
         item.retrieve_ms = max(_now_ms(), item.retrieve_ms + 1)
         item.invisible_ms = invisible_ms
+        item.renew_until_ms = 0  # the client chose the time (a push consumer's nack): no more renewals
         self._track(item)
         return item
 
@@ -377,8 +404,22 @@ class PopQueue:
     # ------------------------------------------------------------------ expiry
     def _track(self, item: PopItem) -> None:
         self._inflight[item.queue_offset] = item
-        heapq.heappush(self._expiry, (item.expires_ms, item.queue_offset, item.retrieve_ms))
+        due = item.expires_ms
+        if item.renew_until_ms:  # renewed ahead by at most half a step: the next due time is always later
+            due -= min(RENEW_AHEAD_MS, item.renew_step_ms // 2)
+        heapq.heappush(self._expiry, (due, item.queue_offset, item.retrieve_ms))
         self._arm()
+
+    def _renew(self, item: PopItem, now: int) -> bool:
+        """Extend an auto-renewed entry whose client is still there; False when it is not renewable."""
+        if not item.renew_until_ms or item.renew_until_ms <= now or now >= item.expires_ms:
+            return False
+        is_alive = self._is_alive
+        if is_alive is not None and not is_alive(item.owner):
+            return False
+        item.invisible_ms = now + item.renew_step_ms - item.retrieve_ms  # same receipt, later expiry
+        self._track(item)
+        return True
 
     def _arm(self) -> None:
         while self._expiry:
@@ -402,6 +443,12 @@ class PopQueue:
             _, offset, retrieve = heapq.heappop(self._expiry)
             item = self._inflight.get(offset)
             if item is not None and item.retrieve_ms == retrieve and not item.dead_lettering:
+                if self._renew(item, now):
+                    continue
+                if item.expires_ms > now:  # an auto-renewed entry whose renewal ended: expires later
+                    item.renew_until_ms = 0
+                    self._track(item)
+                    continue
                 del self._inflight[offset]
                 expired.append(item)
         fifo_again = [item for item in expired if item.key is not None]
