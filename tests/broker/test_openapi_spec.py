@@ -50,7 +50,11 @@ def _routed_operations(app: BrokerApp) -> set[tuple[str, str]]:
 
 @pytest.fixture
 async def broker(tmp_path: Path) -> AsyncIterator[BrokerApp]:
-    app = BrokerApp(BrokerConfig(host="127.0.0.1", port=0, admin_port=0, data_dir=tmp_path / "data"))
+    app = BrokerApp(
+        BrokerConfig(
+            host="127.0.0.1", port=0, admin_port=0, data_dir=tmp_path / "data", rocketmq_enabled=False
+        )
+    )
     await app.start()
     try:
         yield app
@@ -97,7 +101,9 @@ def test_the_document_is_valid_openapi_with_unique_operation_ids_and_json_errors
     for path, item in document["paths"].items():
         for method, op in item.items():
             statuses = set(op["responses"])
-            assert any(s.startswith(("2", "3")) for s in statuses), f"{method} {path} documents no success answer"
+            assert any(s.startswith(("2", "3")) for s in statuses), (
+                f"{method} {path} documents no success answer"
+            )
             for status, answer in op["responses"].items():
                 if status.startswith(("4", "5")):  # Pulsar's {"reason": ...} for every error
                     assert answer == {"$ref": f"#/components/responses/E{status}"}, (method, path, status)

@@ -59,7 +59,7 @@ def test_command_runs_quasar_standalone_with_ports_and_extra_args(tmp_path: Path
     tail = command[command.index("standalone") :]
     assert tail == [
         *("standalone", "--data-dir", str(tmp_path / "data"), "--host", "127.0.0.1"),
-        *("--port", "6651", "--admin-port", "0", "--log-level", "DEBUG"),
+        *("--port", "6651", "--admin-port", "0", "--no-rocketmq", "--log-level", "DEBUG"),
     ]
 
 

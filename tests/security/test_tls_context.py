@@ -182,6 +182,7 @@ async def test_peer_certificate_reaches_server_cnx_and_the_admin_helper(pki: Pki
         admin_port=0,
         data_dir=tmp_path / "data",
         commit_log_file_size=256 * 1024,
+        rocketmq_enabled=False,
         broker_service_port_tls=0,
         tls_certificate_file_path=str(pki.cert),
         tls_key_file_path=str(pki.key),

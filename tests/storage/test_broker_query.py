@@ -60,6 +60,7 @@ async def test_query_by_key_end_to_end(tmp_path: Path):
         commit_log_file_size=256 * 1024,
         max_hash_slot_num=512,
         max_index_num=4096,
+        rocketmq_enabled=False,
     )
     app = BrokerApp(config)
     await app.start()

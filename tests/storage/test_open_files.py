@@ -282,7 +282,13 @@ async def test_a_send_refused_for_too_many_open_files_gets_send_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     app = BrokerApp(
-        BrokerConfig(port=0, admin_port=0, data_dir=tmp_path / "data", commit_log_file_size=256 * 1024)
+        BrokerConfig(
+            port=0,
+            admin_port=0,
+            data_dir=tmp_path / "data",
+            commit_log_file_size=256 * 1024,
+            rocketmq_enabled=False,
+        )
     )
     await app.start()
     client = await _RawClient.connect(app.port)

@@ -19,6 +19,7 @@ import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -53,6 +54,9 @@ from quasar.metadata.sqlite import SqliteMetadataStore
 from quasar.metadata.stores import open_metadata_store
 from quasar.storage.message_store import FlushDiskType, MessageStore, StoreConfig
 from quasar.storage.port import MessageStorePort
+
+if TYPE_CHECKING:
+    from quasar.broker.rocketmq.server import RocketMQListener
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +170,7 @@ class BrokerApp:
         self.port = 0
         self.admin_port = 0
         self.tls: TlsListeners | None = None  # the TLS listeners, when configured
+        self.rocketmq: RocketMQListener | None = None  # the RocketMQ gRPC endpoint, when on
 
     async def _policy_loop(self, service: BrokerService) -> None:
         """Owned task: message TTL every ``message_expiry_check_interval_s``, backlog quotas every
@@ -402,8 +407,37 @@ class BrokerApp:
         await web.SockSite(self._admin_runner, admin_socket).start()
         if self.tls is not None:
             await self.tls.serve_admin(self._admin_runner)
+        if config.rocketmq_enabled:
+            await self._start_rocketmq(service)
         if self.replication is not None:
             await self.replication.start(self)
+
+    async def _start_rocketmq(self, service: BrokerService) -> None:
+        """Serve RocketMQ's gRPC API on ``host:rocketmq_port`` (``quasar.broker.rocketmq``, imported only when
+        on: it loads grpc and the RocketMQ stubs)."""
+        from quasar.broker.rocketmq.context import RocketMQSettings
+        from quasar.broker.rocketmq.server import RocketMQListener
+
+        config = self.config
+        settings = RocketMQSettings(
+            max_body_size=config.rocketmq_max_message_size,
+            broker_name=config.broker_name or config.cluster_name,
+            advertised_host=config.advertised_address,
+        )
+        self.rocketmq = RocketMQListener(service, settings, config.host, config.rocketmq_port)
+        await self.rocketmq.start()
+
+    async def _stop_rocketmq(self) -> None:
+        listener, self.rocketmq = self.rocketmq, None
+        if listener is not None:
+            await listener.stop()
+
+    @property
+    def rocketmq_address(self) -> str:
+        """``host:port`` of the RocketMQ gRPC endpoint (the advertised host); "" when it is off."""
+        if self.rocketmq is None:
+            return ""
+        return f"{self.advertised_address}:{self.rocketmq.port}"
 
     def _add_metrics(self, admin_app: web.Application, service: BrokerService, store: MessageStore) -> None:
         """``GET /metrics`` (``quasar.broker.metrics``) on a registry of this broker's own, and the owned
@@ -502,6 +536,7 @@ class BrokerApp:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._policy_task
             self._policy_task = None
+        await self._stop_rocketmq()
         if self._server is not None:
             self._server.close()
         if self.tls is not None:

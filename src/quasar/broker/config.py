@@ -350,6 +350,15 @@ class BrokerConfig:
     tls_protocols: tuple[str, ...] = ()
     tls_ciphers: tuple[str, ...] = ()
     tls_cert_refresh_check_duration_sec: float = 300.0
+    # RocketMQ gRPC endpoint (issue 18; quasar.broker.rocketmq; docs/rocketmq.md)
+    rocketmq_enabled: bool = True
+    """Serve RocketMQ 5's gRPC API (``apache.rocketmq.v2.MessagingService``) for the official RocketMQ
+    clients; ``--no-rocketmq`` turns it off."""
+    rocketmq_port: int = 8081
+    """Port of the RocketMQ gRPC listener on ``host`` (the RocketMQ proxy's 8081); 0 = a free port."""
+    rocketmq_max_message_size: int = 4 * 1024 * 1024
+    """RocketMQ ``maxMessageSize``: bytes of a message body sent by a RocketMQ client (MESSAGE_BODY_TOO_LARGE
+    past it), pushed to producers as ``publishing.max_body_size``; at most ``max_message_size``."""
     # Hardening
     max_name_length: int = 1024
     max_property_length: int = 8192
@@ -407,9 +416,19 @@ class BrokerConfig:
                 raise ValueError(f"nameservers: {address!r} is not host:port (list them as h:p;h:p)")
         if self.broker_id and not self.broker_name:
             raise ValueError("broker_id needs broker_name (the broker group it belongs to)")
+        self._check_rocketmq()
         self._check_replication()
         self._check_authentication()
         self._check_tls()
+
+    def _check_rocketmq(self) -> None:
+        if not 0 <= self.rocketmq_port <= 65535:
+            raise ValueError(f"rocketmq_port must be in 0..65535, got {self.rocketmq_port}")
+        if not 0 < self.rocketmq_max_message_size <= self.max_message_size:
+            raise ValueError(
+                f"rocketmq_max_message_size must be in 1..max_message_size ({self.max_message_size}),"
+                f" got {self.rocketmq_max_message_size}"
+            )
 
     def _check_authentication(self) -> None:
         for name in ("authentication_providers", "super_user_roles"):

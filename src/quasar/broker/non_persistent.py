@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from quasar.broker.access_modes import ProducerAccess
@@ -214,9 +215,16 @@ class NonPersistentTopic:
         self.access.remove(producer)
         self.last_active = time.monotonic()
 
-    def publish(self, data: memoryview, callback: PublishCallback) -> None:
+    def publish(
+        self,
+        data: memoryview,
+        callback: PublishCallback,
+        *,
+        properties: Mapping[str, str] | None = None,
+        tag_hash: int = 0,
+    ) -> None:
         """Fan ``data`` out to every subscription now (or drop it there); ``callback`` gets (0, 0) on the next
-        loop iteration."""
+        loop iteration. ``properties`` and ``tag_hash`` (store record fields) do not apply: nothing is stored."""
         for subscription in list(self.subscriptions.values()):
             subscription.send(data)
         asyncio.get_running_loop().call_soon(callback, NON_PERSISTENT_POSITION, None)

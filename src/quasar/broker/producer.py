@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -126,9 +126,17 @@ class ProducerTopic(Protocol):
         """The topic's message/byte counters and latency buckets (``topic_stats``)."""
         ...
 
-    def publish(self, data: memoryview, callback: PublishCallback) -> None:
+    def publish(
+        self,
+        data: memoryview,
+        callback: PublishCallback,
+        *,
+        properties: Mapping[str, str] | None = None,
+        tag_hash: int = 0,
+    ) -> None:
         """Append (or fan out) one entry; ``callback(position, None)`` or ``callback(None, error)`` runs once,
-        on the loop thread, never before this returns, in publish order."""
+        on the loop thread, never before this returns, in publish order. ``properties`` / ``tag_hash``: the
+        store record's (``PersistentTopic.publish``)."""
         ...
 
     def remove_producer(self, producer: Producer) -> None: ...
@@ -198,10 +206,18 @@ class Producer:
     closed: bool = False
 
     def publish(
-        self, sequence_id: int, highest_sequence_id: int, num_messages: int, data: memoryview
+        self,
+        sequence_id: int,
+        highest_sequence_id: int,
+        num_messages: int,
+        data: memoryview,
+        *,
+        properties: Mapping[str, str] | None = None,
+        tag_hash: int = 0,
     ) -> None:
         """Append one entry (``data`` = the SEND's bytes after the command, stored verbatim) and schedule its
-        receipt. ``num_messages`` counts the messages in the entry (for stats).
+        receipt. ``num_messages`` counts the messages in the entry (for stats). ``properties`` / ``tag_hash``
+        go on the store record (the RocketMQ endpoint's keys, message id and tag hash; none for Pulsar SENDs).
 
         With deduplication enabled on the topic (semantics.md B4), a definite duplicate is not stored and gets
         a receipt for (-1, -1); an undecidable one (an earlier copy still in flight) gets SEND_ERROR
@@ -235,7 +251,10 @@ class Producer:
         counters.bytes_in += len(data)
         op = _PendingSend(self, sequence_id, highest_sequence_id, dedup=dedup.enabled)
         self._pending.append(op)
-        self.topic.publish(data, op)
+        if properties is None and not tag_hash:
+            self.topic.publish(data, op)
+        else:
+            self.topic.publish(data, op, properties=properties, tag_hash=tag_hash)
 
     def _publish_non_persistent(
         self, sequence_id: int, highest_sequence_id: int, num_messages: int, data: memoryview

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 
 from quasar.broker.access_modes import ProducerAccess
 from quasar.broker.compaction.view import COMPACTION_SUBSCRIPTION, CompactedView
@@ -137,11 +138,22 @@ class PersistentTopic:
         else:
             await self.dedup.disable()
 
-    def publish(self, data: memoryview, callback: PublishCallback) -> None:
+    def publish(
+        self,
+        data: memoryview,
+        callback: PublishCallback,
+        *,
+        properties: Mapping[str, str] | None = None,
+        tag_hash: int = 0,
+    ) -> None:
         """Append one entry (SEND bytes after the command, verbatim); ``callback(position, None)`` once it is
         durable, ``callback(None, error)`` if not (``ManagedLedger.add_entry_callback``: no future or task per
-        entry on the publish path)."""
-        self.ledger.add_entry_callback(data, callback)
+        entry on the publish path). ``properties`` / ``tag_hash`` go on the store record (the RocketMQ
+        endpoint's ``KEYS``/``UNIQ_KEY`` for the key index, and the tag's hash for the consume queue unit)."""
+        if properties is None and not tag_hash:
+            self.ledger.add_entry_callback(data, callback)
+        else:
+            self.ledger.add_entry_callback(data, callback, properties=properties, tag_hash=tag_hash)
 
     def _on_new_entries(self) -> None:
         for subscription in self.subscriptions.values():

@@ -22,6 +22,7 @@ from quasar.cli.standalone import (
     Companion,
     install_event_loop_policy,
     load_config,
+    rocketmq_options,
     run_broker,
     serve,
     setup_logging,
@@ -41,7 +42,7 @@ def ready_line(app: BrokerApp) -> str:
     """The readiness line ``quasar broker`` prints once it serves (tools such as ``quasar cluster up`` wait
     for it): ``quasar broker ready: pulsar://H:P http://H:A cluster=NAME group=G id=N``, followed by
     `` ha=H:P`` for a replicated broker, then `` tls=pulsar+ssl://H:P https=https://H:P`` for the TLS listeners
-    that are on."""
+    that are on and `` rocketmq=H:P`` for the RocketMQ endpoint."""
     config = app.config
     line = (
         f"quasar broker ready: {app.service_url} {app.web_service_url}"
@@ -154,7 +155,10 @@ def _registrar(app: BrokerApp) -> list[Companion]:
     help="Broker group this broker belongs to (RocketMQ brokerName); its topics live in the group.",
 )
 @click.option(
-    "--broker-id", type=int, default=None, help="0 = the group's master, >0 = a slave [the config file's, else 0]."
+    "--broker-id",
+    type=int,
+    default=None,
+    help="0 = the group's master, >0 = a slave [the config file's, else 0].",
 )
 @click.option("--nameservers", default=None, help="Name servers to register with, 'host:port;host:port'.")
 @click.option(
@@ -196,6 +200,7 @@ def _registrar(app: BrokerApp) -> list[Companion]:
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
 )
 @tls_options
+@rocketmq_options
 def broker(
     data_dir: Path | None,
     host: str | None,

@@ -166,6 +166,7 @@ def _broker_child(
         f"--nameservers={nameservers}",
         f"--metadata-store={plan.etcd.url}",
         *replication,
+        "--no-rocketmq",  # the port layout has no RocketMQ port yet: brokers on one host would collide on 8081
         f"--log-level={log_level}",
     )
     env = child_environment(PYTHONUNBUFFERED="1")

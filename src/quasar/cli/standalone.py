@@ -134,14 +134,34 @@ def tls_options(command: F) -> F:
     return command
 
 
+def rocketmq_options(command: F) -> F:
+    """Add ``--rocketmq-port`` / ``--no-rocketmq`` (keyword arguments ``rocketmq_port``, ``rocketmq_enabled``;
+    None when not given)."""
+    command = click.option(
+        "--rocketmq/--no-rocketmq",
+        "rocketmq_enabled",
+        default=None,
+        help="Serve RocketMQ 5's gRPC API for the official RocketMQ clients [default: on].",
+    )(command)
+    return click.option(
+        "--rocketmq-port",
+        type=int,
+        default=None,
+        help="RocketMQ gRPC port (the RocketMQ proxy's 8081); 0 = any free port [default: 8081].",
+    )(command)
+
+
 def tls_ready_suffix(app: BrokerApp) -> str:
-    """`` tls=pulsar+ssl://H:P https=https://H:P`` for the TLS listeners that are on ("" when none is): appended
-    to the readiness lines after their fixed fields."""
+    """`` tls=pulsar+ssl://H:P https=https://H:P`` for the TLS listeners that are on ("" when none is), then
+    `` rocketmq=H:P`` when the RocketMQ endpoint is on: appended to the readiness lines after their fixed
+    fields."""
     suffix = ""
     if app.service_url_tls:
         suffix += f" tls={app.service_url_tls}"
     if app.web_service_url_tls:
         suffix += f" https={app.web_service_url_tls}"
+    if app.rocketmq_address:
+        suffix += f" rocketmq={app.rocketmq_address}"
     return suffix
 
 
@@ -187,6 +207,7 @@ def setup_logging(log_level: str) -> None:
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
 )
 @tls_options
+@rocketmq_options
 def standalone(
     data_dir: Path | None,
     host: str | None,
@@ -196,8 +217,8 @@ def standalone(
     log_level: str,
     **tls: Any,
 ) -> None:
-    """Start a standalone broker: pulsar://HOST:PORT and the admin API on http://HOST:ADMIN_PORT (and, with the
-    TLS flags, pulsar+ssl:// and https:// listeners)."""
+    """Start a standalone broker: pulsar://HOST:PORT and the admin API on http://HOST:ADMIN_PORT, RocketMQ's
+    gRPC API on HOST:ROCKETMQ_PORT (and, with the TLS flags, pulsar+ssl:// and https:// listeners)."""
     setup_logging(log_level)
     config = load_config(
         config_file, {"data_dir": data_dir, "host": host, "port": port, "admin_port": admin_port, **tls}
@@ -208,5 +229,5 @@ def standalone(
 
 def ready_line(app: BrokerApp) -> str:
     """``quasar standalone ready: pulsar://H:P http://H:A``, then `` tls=pulsar+ssl://H:P https=https://H:P``
-    for the TLS listeners that are on."""
+    for the TLS listeners that are on and `` rocketmq=H:P`` for the RocketMQ endpoint."""
     return f"quasar standalone ready: {app.service_url} {app.web_service_url}{tls_ready_suffix(app)}"

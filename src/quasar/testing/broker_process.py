@@ -4,6 +4,7 @@ The broker is started on port 0 (any free port) unless told otherwise; :meth:`Br
 the readiness line the broker prints on stdout once both listeners are bound::
 
     quasar standalone ready: pulsar://HOST:PORT http://HOST:ADMIN_PORT [tls=pulsar+ssl://H:P] [https=https://H:P]
+        [rocketmq=H:P]
 
 and takes the service URL and admin URL from it (and the TLS URLs, when the broker serves TLS). Teardown
 follows the nats-server test harness: SIGTERM, wait, then SIGKILL if the broker has not exited. stdout and
@@ -31,10 +32,11 @@ from quasar.testing.subprocess_harness import QUASAR_COMMAND, SubprocessHarness
 __all__ = ["READY_LINE", "BrokerProcess", "BrokerProcessError", "parse_ready_line"]
 
 #: The readiness line: group 1 is the Pulsar service URL, group 2 the admin (web service) URL; groups 3 and 4
-#: the ``pulsar+ssl://`` and ``https://`` URLs when the broker serves TLS (None otherwise).
+#: the ``pulsar+ssl://`` and ``https://`` URLs when the broker serves TLS (None otherwise); group 5 the
+#: RocketMQ endpoint ``host:port`` when it is on.
 READY_LINE = re.compile(
     r"quasar (?:standalone|broker) ready: (pulsar(?:\+ssl)?://\S+) (https?://\S+)"
-    r"(?:[^\n]*? tls=(pulsar\+ssl://\S+))?(?:[^\n]*? https=(https://\S+))?"
+    r"(?:[^\n]*? tls=(pulsar\+ssl://\S+))?(?:[^\n]*? https=(https://\S+))?(?:[^\n]*? rocketmq=(\S+))?"
 )
 
 
@@ -63,6 +65,8 @@ class BrokerProcess(SubprocessHarness):
         env: extra environment variables for the subprocess (merged over ``os.environ``).
         python: the interpreter to run; default ``sys.executable``.
         subcommand: ``standalone``, or ``broker`` for a cluster member (its options go in ``extra_args``).
+        rocketmq_port: the RocketMQ gRPC port (0 = any free port); None (default) runs the broker with
+            ``--no-rocketmq``, so tests do not all ask for 8081. The bound one is ``rocketmq_address``.
 
     Raises:
         ValueError: a port is outside 0..65535 or a timeout is not positive.
@@ -85,6 +89,7 @@ class BrokerProcess(SubprocessHarness):
         env: Mapping[str, str] | None = None,
         python: str = sys.executable,
         subcommand: str = "standalone",
+        rocketmq_port: int | None = None,
     ) -> None:
         super().__init__(
             startup_timeout_s=startup_timeout_s,
@@ -101,6 +106,8 @@ class BrokerProcess(SubprocessHarness):
             Path(log_dir) if log_dir is not None else self.data_dir.with_name(self.data_dir.name + ".logs")
         )
         self.subcommand = subcommand
+        self.rocketmq_port = rocketmq_port
+        self.rocketmq_address: str | None = None  # host:port from the readiness line when the endpoint is on
         self.service_url: str | None = None
         self.admin_url: str | None = None
         self.service_url_tls: str | None = None  # from the readiness line; None without a TLS listener
@@ -130,6 +137,11 @@ class BrokerProcess(SubprocessHarness):
             str(self.port),
             "--admin-port",
             str(self.admin_port),
+            *(
+                ("--no-rocketmq",)
+                if self.rocketmq_port is None
+                else ("--rocketmq-port", str(self.rocketmq_port))
+            ),
             *self.extra_args,
         ]
 
@@ -142,10 +154,12 @@ class BrokerProcess(SubprocessHarness):
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.service_url = self.admin_url = None
         self.service_url_tls = self.admin_url_tls = None
+        self.rocketmq_address = None
 
     def _on_ready(self, match: re.Match[str]) -> None:
         self.service_url, self.admin_url = match.group(1), match.group(2)
         self.service_url_tls, self.admin_url_tls = match.group(3), match.group(4)
+        self.rocketmq_address = match.group(5)
 
     def _reported_ports(self) -> dict[str, int] | None:
         if self.service_url is None:

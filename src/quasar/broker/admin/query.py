@@ -13,7 +13,9 @@ The answer is a JSON list, oldest first, of the messages whose key is K::
 A partitioned topic is queried partition by partition. The handler reaches the message store only through
 ``app[MESSAGE_STORE]`` (set by the composition root, ``broker/app.py``), never by importing storage; the
 store's index is fed by :func:`pulsar_entry_keys`, which finds the keys of a stored Pulsar entry (the
-partition key, and the partition key of every message inside a batch) on the store's reput thread.
+partition key, and the partition key of every message inside a batch) on the store's reput thread; the
+store also indexes the ``KEYS`` words and the ``UNIQ_KEY`` of a record (a RocketMQ client's keys and message
+id), which match here too.
 
 400 for a missing key or a bad number, 404 for an unknown topic (the routes' error middleware), 503 when no
 store is attached.
@@ -139,13 +141,25 @@ def _messages_of(
     if metadata.HasField("num_messages_in_batch"):
         # one item at a time: an entry of 5 MB can hold 800,000 items (objects for all of them took 200 MB)
         for batch_index, (single, item) in enumerate(iter_batch(payload, metadata.num_messages_in_batch)):
-            if single.HasField("partition_key") and single.partition_key == key:
+            if _has_key(single, key):
                 properties = {kv.key: kv.value for kv in single.properties}
                 found.append(_json(base, batch_index, key, properties, item))
-    elif metadata.HasField("partition_key") and metadata.partition_key == key:
+    elif _has_key(metadata, key):
         properties = {kv.key: kv.value for kv in metadata.properties}
         found.append(_json(base, -1, key, properties, payload))
     return found
+
+
+def _has_key(metadata: Any, key: str) -> bool:
+    """Whether a message's (Single)MessageMetadata has ``key``: its partition key, or, for a message a RocketMQ
+    client sent (``quasar.broker.rocketmq.mapping``), one of the words of its ``KEYS`` property or its
+    ``UNIQ_KEY`` message id — the store indexes those too."""
+    if metadata.HasField("partition_key") and metadata.partition_key == key:
+        return True
+    for kv in metadata.properties:
+        if (kv.key == "KEYS" and key in kv.value.split()) or (kv.key == "UNIQ_KEY" and kv.value == key):
+            return True
+    return False
 
 
 def _json(

@@ -1,0 +1,185 @@
+"""What every RocketMQ handler group shares: :class:`RocketMQContext` (the broker service, the settings, the
+client registry, this listener's endpoints) and the per-call metadata (:func:`call_metadata`).
+
+Handler groups (``route.RouteActivity``, ``send.SendActivity``, rmqconsume's and rmqpull's) are classes
+taking one context, with async methods named like the RPCs: ``async def QueryRoute(self, request, context)``
+where ``context`` is the ``grpc.aio.ServicerContext``; they raise ``status.RocketMQError`` for a business
+error and return the response message (the servicer fills in an OK status when the handler left none).
+
+Topics: RocketMQ topic ``T`` in namespace ``ns`` (the request's ``Resource.resource_namespace``, else the
+``x-mq-namespace`` header) is ``persistent://public/<ns or "default">/T``; its queues are the partitions of
+that topic (a non-partitioned topic is one queue, id 0). A topic is known when it exists or when Pulsar's
+lookup would auto-create it (its namespace exists: Quasar creates topics on first use, as Pulsar's default
+``allowAutoTopicCreation=true`` with ``non-partitioned`` type); else TOPIC_NOT_FOUND.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from quasar.broker.errors import BrokerError
+from quasar.broker.rocketmq.mapping import DEFAULT_MAX_BODY_SIZE
+from quasar.broker.rocketmq.status import Code, RocketMQError
+from quasar.broker.rocketmq.stubs import definition
+from quasar.broker.rocketmq.validation import check_topic
+from quasar.protocol import InvalidTopicNameError, TopicName
+
+if TYPE_CHECKING:
+    from quasar.broker.broker_service import BrokerService
+    from quasar.broker.rocketmq.clients import ClientRegistry
+
+__all__ = ["CallMetadata", "RocketMQContext", "RocketMQSettings", "call_metadata"]
+
+TENANT = "public"
+"""RocketMQ namespaces live under this Pulsar tenant."""
+DEFAULT_NAMESPACE = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class RocketMQSettings:
+    """The listener's settings (BrokerConfig ``rocketmq_*``; defaults are the RocketMQ proxy's).
+
+    - ``max_body_size``: bytes of a message body (4 MiB), pushed to producers as ``publishing.max_body_size``.
+    - ``broker_name``: the broker group named in routes (``Broker.name``).
+    - ``advertised_host``: the host put in route endpoints ("" = the host the client dialled).
+    - ``request_timeout_s``, ``long_polling_timeout_s``, ``receive_batch_size``, ``max_attempts``: pushed in
+      the Telemetry settings reply (§4: 3 attempts for producers, 17 = 16 retries + 1 for consumers).
+    - ``client_idle_timeout_s``: a client that sent nothing (no heartbeat, no stream) for this long is dropped
+      with its producers (RocketMQ's channel expiry: 120 s).
+    """
+
+    max_body_size: int = DEFAULT_MAX_BODY_SIZE
+    broker_name: str = "standalone"
+    advertised_host: str = ""
+    request_timeout_s: int = 3
+    long_polling_timeout_s: int = 20
+    receive_batch_size: int = 32
+    producer_max_attempts: int = 3
+    consumer_max_attempts: int = 17
+    client_idle_timeout_s: float = 120.0
+
+
+@dataclass(frozen=True, slots=True)
+class CallMetadata:
+    """The ``x-mq-*`` headers of one call: ``client_id`` (required), ``namespace`` ("" = none), ``language``,
+    ``client_version``, ``request_id``, and the peer address (``ipv4:1.2.3.4:5678``)."""
+
+    client_id: str
+    namespace: str = ""
+    language: str = ""
+    client_version: str = ""
+    request_id: str = ""
+    peer: str = ""
+
+
+_MAX_HEADER = 1024
+"""Longest ``x-mq-*`` value kept (longer ones are refused as BAD_REQUEST)."""
+
+
+def call_metadata(context: Any) -> CallMetadata:
+    """The call's RocketMQ headers. Raises RocketMQError CLIENT_ID_REQUIRED without ``x-mq-client-id``,
+    BAD_REQUEST for a header longer than 1 KiB."""
+    headers: dict[str, str] = {}
+    for item in context.invocation_metadata() or ():
+        key, value = item[0], item[1]
+        if key.startswith("x-mq-") and isinstance(value, str):
+            if len(value) > _MAX_HEADER:
+                raise RocketMQError(Code.BAD_REQUEST, f"header {key} is longer than {_MAX_HEADER} characters")
+            headers[key] = value
+    client_id = headers.get("x-mq-client-id", "").strip()
+    if not client_id:
+        raise RocketMQError(Code.CLIENT_ID_REQUIRED, "the x-mq-client-id header is required")
+    return CallMetadata(
+        client_id=client_id,
+        namespace=headers.get("x-mq-namespace", ""),
+        language=headers.get("x-mq-language", ""),
+        client_version=headers.get("x-mq-client-version", ""),
+        request_id=headers.get("x-mq-request-id", ""),
+        peer=context.peer() or "",
+    )
+
+
+@dataclass(slots=True)
+class RocketMQContext:
+    """Shared by every handler group of one listener: ``service`` (the BrokerService), ``settings``,
+    ``clients`` (the registry), ``port`` (the bound gRPC port, set once listening)."""
+
+    service: BrokerService
+    settings: RocketMQSettings
+    clients: ClientRegistry
+    port: int = 0
+    is_fifo_group: Callable[[TopicName, str], bool] = lambda topic, group: False
+    """Whether consumer ``group`` consumes ``topic`` orderly (RocketMQ ``consumeMessageOrderly``): pushed as
+    ``subscription.fifo`` and makes QueryAssignment answer one queue per assignment. rmqconsume sets it from
+    its FIFO group policy; False for every group until then."""
+    _round_robin: dict[str, int] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ topics
+    def topic_name(self, resource: Any, metadata: CallMetadata) -> TopicName:
+        """The Pulsar topic of a RocketMQ ``Resource``. Raises RocketMQError ILLEGAL_TOPIC for a name RocketMQ
+        or Pulsar refuses."""
+        name = resource.name
+        check_topic(name)
+        namespace = resource.resource_namespace or metadata.namespace or DEFAULT_NAMESPACE
+        try:
+            return TopicName.parse(f"persistent://{TENANT}/{namespace}/{name}")
+        except InvalidTopicNameError as exc:
+            raise RocketMQError(
+                Code.ILLEGAL_TOPIC, f"topic {name!r} in namespace {namespace!r}: {exc}"
+            ) from None
+
+    def queue_count(self, topic: TopicName) -> int:
+        """Queues of ``topic``: its partitions, or 1 for a non-partitioned topic. Raises RocketMQError
+        TOPIC_NOT_FOUND when its namespace does not exist (Pulsar's auto-creation would refuse it too),
+        FORBIDDEN for a partition count the broker refuses to serve."""
+        service = self.service
+        if not service.namespace_exists(topic.namespace_name):
+            raise RocketMQError(
+                Code.TOPIC_NOT_FOUND,
+                f"topic {topic.local_name} not found: namespace {topic.namespace_name} does not exist",
+            )
+        try:
+            partitions = service.partitions(topic)
+        except BrokerError as exc:
+            raise RocketMQError(Code.FORBIDDEN, str(exc)) from None
+        return partitions if partitions > 0 else 1
+
+    def queue_topic(self, topic: TopicName, queue_id: int, queues: int) -> TopicName:
+        """The Pulsar topic of queue ``queue_id``: the partition, or the topic itself when it has one queue
+        and is not partitioned."""
+        if self.service.partitions(topic) > 0:
+            return topic.partition(queue_id)
+        return topic
+
+    def next_queue(self, topic: TopicName, queues: int) -> int:
+        """Round-robin queue choice for a message without a message group (the proxy's default selector)."""
+        index = self._round_robin.get(topic.full_name, -1) + 1
+        if index >= queues:
+            index = 0
+        if len(self._round_robin) > 100_000:  # bounded: one int per topic sent to
+            self._round_robin.clear()
+        self._round_robin[topic.full_name] = index
+        return index
+
+    # ------------------------------------------------------------------ routes
+    def endpoints(self, requested: Any = None) -> Any:
+        """This listener's ``Endpoints`` (with a scheme: the py client dials nothing without one): the
+        advertised host, else the host the client asked for (the request's endpoints, port replaced by ours, as
+        the proxy does), else 127.0.0.1."""
+        host = self.settings.advertised_host
+        if not host and requested is not None and requested.addresses:
+            host = requested.addresses[0].host
+        host = host or "127.0.0.1"
+        try:
+            address = ipaddress.ip_address(host)
+            scheme = definition.AddressScheme.IPv4 if address.version == 4 else definition.AddressScheme.IPv6
+        except ValueError:
+            scheme = definition.AddressScheme.DOMAIN_NAME
+        return definition.Endpoints(scheme=scheme, addresses=[definition.Address(host=host, port=self.port)])
+
+    def store_host(self) -> str:
+        """``host:port`` of this listener, as messages' ``store_host``."""
+        return f"{self.settings.advertised_host or '127.0.0.1'}:{self.port}"

@@ -1,0 +1,223 @@
+"""The RocketMQ gRPC listener: a ``grpc.aio`` server on the broker's event loop serving
+``apache.rocketmq.v2.MessagingService`` through one generic servicer.
+
+:class:`Servicer` builds one gRPC method handler per RPC of the service descriptor (``stubs.SERVICE``) and
+delegates each call to the handler group that has a method of the RPC's name (``context.py`` describes the
+groups). Before a handler runs, every call is checked the proxy's way: ``x-mq-client-id`` is required
+(CLIENT_ID_REQUIRED), and with authentication enabled on the broker the call is refused with UNAUTHORIZED
+(RocketMQ clients sign requests with an ak/sk HMAC, which Quasar does not map to its roles yet: they are never
+let in unauthenticated). A handler's ``RocketMQError`` becomes the response's ``Status``; any other exception
+is logged and answered INTERNAL_SERVER_ERROR; an RPC no group implements answers NOT_IMPLEMENTED (50100) with a
+message — always a Status in a normal response, never a bare gRPC error (the py client needs one).
+
+Handler shapes by RPC kind: unary (``async def QueryRoute(self, request, context) -> response``), server
+streaming (ReceiveMessage, PullMessage: an async generator yielding responses), bidirectional (Telemetry: a
+coroutine ``(request_iterator, context)`` that writes with ``context.write``, so the broker can push commands
+at any time).
+
+:class:`RocketMQListener` owns the gRPC server and the client registry; ``BrokerApp`` starts and stops it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from quasar.broker.rocketmq.client_activity import ClientActivity
+from quasar.broker.rocketmq.clients import ClientRegistry
+from quasar.broker.rocketmq.context import RocketMQContext, RocketMQSettings, call_metadata
+from quasar.broker.rocketmq.route import RouteActivity
+from quasar.broker.rocketmq.send import SendActivity
+from quasar.broker.rocketmq.status import Code, RocketMQError, new_status, ok_status
+from quasar.broker.rocketmq.stubs import SERVICE, SERVICE_NAME, service
+
+if TYPE_CHECKING:
+    from quasar.broker.broker_service import BrokerService
+
+__all__ = ["HANDLER_GROUPS", "RocketMQListener", "Servicer"]
+
+log = logging.getLogger(__name__)
+
+HANDLER_GROUPS: tuple[Callable[[RocketMQContext], object], ...] = (
+    RouteActivity,
+    ClientActivity,
+    SendActivity,
+    # rmqconsume and rmqpull: one line each for their handler group
+)
+"""The handler groups of the servicer, in lookup order (the first with a method of an RPC's name serves it)."""
+
+MAX_CONCURRENT_RPCS = 10_000
+"""Calls in progress at most (long polls included); gRPC answers RESOURCE_EXHAUSTED past it."""
+
+
+def _response_class(method: Any) -> Any:
+    return getattr(service, method.output_type.name)
+
+
+def _unauthorized() -> RocketMQError:
+    return RocketMQError(
+        Code.UNAUTHORIZED,
+        "authentication is enabled on this broker and RocketMQ clients' ak/sk signatures are not mapped to "
+        "Quasar roles: RocketMQ clients are refused",
+    )
+
+
+class Servicer:
+    """Dispatches every ``MessagingService`` RPC to its handler group (module docstring)."""
+
+    def __init__(
+        self, context: RocketMQContext, groups: tuple[Callable[[RocketMQContext], object], ...]
+    ) -> None:
+        self.context = context
+        self.groups = [group(context) for group in groups]
+
+    def _handler(self, name: str) -> Any:
+        for group in self.groups:
+            handler = getattr(group, name, None)
+            if handler is not None:
+                return handler
+        return None
+
+    def _admit(self, context: Any) -> None:
+        """The checks of every call: a client id (touching its registry record), authentication."""
+        metadata = call_metadata(context)
+        if self.context.service.security.authentication is not None:
+            raise _unauthorized()
+        self.context.clients.touch(metadata.client_id)
+
+    def generic_handler(self) -> grpc.GenericRpcHandler:
+        """One gRPC method handler per RPC of the service."""
+        handlers = {}
+        for method in SERVICE.methods:
+            request_class = getattr(service, method.input_type.name)
+            response_class = _response_class(method)
+            handler = self._handler(method.name)
+            kwargs = {
+                "request_deserializer": request_class.FromString,
+                "response_serializer": response_class.SerializeToString,
+            }
+            if method.client_streaming:
+                handlers[method.name] = grpc.stream_stream_rpc_method_handler(
+                    self._bidi(method.name, handler, response_class), **kwargs
+                )
+            elif method.server_streaming:
+                handlers[method.name] = grpc.unary_stream_rpc_method_handler(
+                    self._streaming(method.name, handler, response_class), **kwargs
+                )
+            else:
+                handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+                    self._unary(method.name, handler, response_class), **kwargs
+                )
+        return grpc.method_handlers_generic_handler(SERVICE_NAME, handlers)
+
+    def _unary(self, name: str, handler: Any, response_class: Any) -> Any:
+        async def call(request: Any, context: Any) -> Any:
+            try:
+                self._admit(context)
+                if handler is None:
+                    raise RocketMQError(Code.NOT_IMPLEMENTED, f"{name} is not implemented by this broker yet")
+                response = await handler(request, context)
+            except RocketMQError as exc:
+                return response_class(status=new_status(exc.code, exc.message))
+            except Exception:
+                log.exception("RocketMQ %s failed", name)
+                return response_class(status=new_status(Code.INTERNAL_SERVER_ERROR, f"{name} failed"))
+            if not response.HasField("status"):
+                response.status.CopyFrom(ok_status())
+            return response
+
+        return call
+
+    def _streaming(self, name: str, handler: Any, response_class: Any) -> Any:
+        async def call(request: Any, context: Any) -> AsyncIterator[Any]:
+            try:
+                self._admit(context)
+                if handler is None:
+                    raise RocketMQError(Code.NOT_IMPLEMENTED, f"{name} is not implemented by this broker yet")
+                async for response in handler(request, context):
+                    yield response
+            except RocketMQError as exc:
+                yield response_class(status=new_status(exc.code, exc.message))
+            except Exception:
+                log.exception("RocketMQ %s failed", name)
+                yield response_class(status=new_status(Code.INTERNAL_SERVER_ERROR, f"{name} failed"))
+
+        return call
+
+    def _bidi(self, name: str, handler: Any, response_class: Any) -> Any:
+        async def call(request_iterator: Any, context: Any) -> None:
+            try:
+                self._admit(context)
+                if handler is None:
+                    raise RocketMQError(Code.NOT_IMPLEMENTED, f"{name} is not implemented by this broker yet")
+            except RocketMQError as exc:
+                await context.write(response_class(status=new_status(exc.code, exc.message)))
+                return
+            try:
+                await handler(request_iterator, context)
+            except RocketMQError as exc:
+                await context.write(response_class(status=new_status(exc.code, exc.message)))
+            except Exception:
+                log.exception("RocketMQ %s failed", name)
+
+        return call
+
+
+class RocketMQListener:
+    """The RocketMQ endpoint of one broker: ``start()`` binds ``host:port`` (0 = a free port; ``port`` holds
+    the bound one) and serves; ``stop()`` ends the calls in progress (1 s grace) and drops every client.
+
+    Raises OSError from :meth:`start` when the port cannot be bound."""
+
+    def __init__(self, service: BrokerService, settings: RocketMQSettings, host: str, port: int) -> None:
+        self.host = host
+        self.requested_port = port
+        self.context = RocketMQContext(
+            service, settings, ClientRegistry(idle_timeout_s=settings.client_idle_timeout_s)
+        )
+        self._server: grpc.aio.Server | None = None
+
+    @property
+    def port(self) -> int:
+        return self.context.port
+
+    @property
+    def address(self) -> str:
+        """``host:port`` as printed in the readiness line."""
+        host = self.context.settings.advertised_host or self.host
+        return f"{host}:{self.port}"
+
+    async def start(self) -> None:
+        settings = self.context.settings
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", settings.max_body_size + 2 * 1024 * 1024),
+                ("grpc.max_send_message_length", -1),
+                ("grpc.so_reuseport", 0),
+            ],
+            maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS,
+        )
+        server.add_generic_rpc_handlers((Servicer(self.context, HANDLER_GROUPS).generic_handler(),))
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        try:
+            bound = server.add_insecure_port(f"{host}:{self.requested_port}")
+        except RuntimeError as exc:  # grpc: "Failed to bind to address"
+            raise OSError(
+                f"cannot bind the RocketMQ gRPC port {self.host}:{self.requested_port}: {exc}"
+            ) from None
+        if bound == 0:
+            raise OSError(f"cannot bind the RocketMQ gRPC port {self.host}:{self.requested_port}")
+        self.context.port = bound
+        await server.start()
+        self._server = server
+        self.context.clients.start()
+        log.info("RocketMQ gRPC endpoint listening on %s", self.address)
+
+    async def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            await server.stop(1.0)
+        await self.context.clients.stop()
