@@ -84,6 +84,7 @@ class PopItem:
     owner: str = ""
     renew_step_ms: int = 0
     renew_until_ms: int = 0
+    previous_retrieves: set[int] = field(default_factory=set)
 
     @property
     def expires_ms(self) -> int:
@@ -350,7 +351,9 @@ class PopQueue:
         """The in-flight entry a receipt names, or None when it is unknown, stale (superseded by a newer
         receipt, acked, visible again) or expired."""
         item = self._inflight.get(queue_offset)
-        if item is None or item.retrieve_ms != retrieve_ms or item.dead_lettering:
+        if item is None or item.dead_lettering:
+            return None
+        if item.retrieve_ms != retrieve_ms and retrieve_ms not in item.previous_retrieves:
             return None
         if item.expires_ms <= _now_ms():
             return None
@@ -385,9 +388,15 @@ class PopQueue:
         """Bit set of the batch indexes of ``item`` still unacknowledged, or None when none was acked."""
         return self.subscription.cursor.batch_ack_set(item.position)
 
-    def change_invisible(self, item: PopItem, invisible_ms: int) -> PopItem:
+    def change_invisible(self, item: PopItem, invisible_ms: int, *, keep_previous: bool = False) -> PopItem:
         """Make ``item`` invisible for ``invisible_ms`` from now; returns it with a new ``retrieve_ms``
-        (strictly larger than the previous one), so the previous receipt no longer matches."""
+        (strictly larger than the previous one), so the previous receipt no longer matches — unless
+        ``keep_previous`` (a message of a batch entry: the other messages' receipts name the same entry and
+        stay valid; the entry's messages share one invisible time)."""
+        if keep_previous:
+            if len(item.previous_retrieves) >= 1024:
+                raise ValueError("too many invisible-time changes on one batch entry")
+            item.previous_retrieves.add(item.retrieve_ms)
         item.retrieve_ms = max(_now_ms(), item.retrieve_ms + 1)
         item.invisible_ms = invisible_ms
         item.renew_until_ms = 0  # the client chose the time (a push consumer's nack): no more renewals

@@ -66,7 +66,8 @@ def parse_filter(expression: Any) -> TagFilter:
     text = expression.expression
     if len(text) > MAX_EXPRESSION_LENGTH:
         raise RocketMQError(
-            Code.ILLEGAL_FILTER_EXPRESSION, f"filter expression is longer than {MAX_EXPRESSION_LENGTH} characters"
+            Code.ILLEGAL_FILTER_EXPRESSION,
+            f"filter expression is longer than {MAX_EXPRESSION_LENGTH} characters",
         )
     if kind == definition.FilterType.SQL:
         raise RocketMQError(

@@ -6,12 +6,7 @@ position; a new one starts at the end of each queue (Pulsar ``Latest``), as Rock
 consumers may share the subscription (Shared): what a RocketMQ client holds invisible is pending on the pop
 engine's virtual consumer and is not given to them.
 
-**Group policy** (RocketMQ's ``SubscriptionGroupConfig``, set per namespace over admin REST,
-``admin/rocketmq_group_routes.py``): namespace policy :data:`GROUPS_POLICY` = ``{group: {"consumeMessageOrderly":
-bool, "retryMaxTimes": int}}``. ``consumeMessageOrderly`` makes the group FIFO (pushed to clients as
-``Settings.subscription.fifo``); ``retryMaxTimes`` (default 16) gives ``max_delivery_attempts`` =
-``retryMaxTimes + 1`` (17 by default, reference rocketmq-grpc.md §3). :func:`group_policy` reads it
-(Telemetry calls it for the settings reply).
+**Group policy**: FIFO and the maximum delivery attempts come from ``group_policy`` (set over admin REST).
 
 **Dead letters.** A message past its group's attempts, or forwarded by ForwardMessageToDeadLetterQueue, is
 copied to ``%DLQ%<group>`` in the source topic's namespace (a non-partitioned topic, created on first use, as
@@ -25,92 +20,33 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from quasar.broker.compaction.messages import read_entry
 from quasar.broker.pop_consumer import PopItem, PopQueue
+from quasar.broker.rocketmq.group_policy import GroupPolicy
 from quasar.broker.topic import PersistentTopic
 from quasar.ledger.position import Position
 from quasar.protocol import TopicName, parse_headers_and_payload
+from quasar.protocol.compression import compress
 from quasar.protocol.enums import InitialPosition
 from quasar.protocol.errors import ProtocolError
 from quasar.protocol.frame import encode_headers_and_payload
 from quasar.protocol.metadata import encode_batch
-from quasar.protocol.compression import compress
 from quasar.protocol.proto.PulsarApi_pb2 import KeyValue, MessageMetadata
 
 if TYPE_CHECKING:
     from quasar.broker.broker_service import BrokerService
 
-__all__ = [
-    "DEFAULT_RETRY_MAX_TIMES",
-    "DLQ_PREFIX",
-    "GROUPS_POLICY",
-    "ConsumeGroups",
-    "GroupPolicy",
-    "dead_letter_topic",
-    "group_policy",
-    "parse_group_config",
-]
+__all__ = ["DLQ_PREFIX", "ConsumeGroups", "dead_letter_copy", "dead_letter_topic", "ordering_key"]
 
 log = logging.getLogger(__name__)
 
-GROUPS_POLICY = "rocketmq_subscription_groups"
-"""Namespace policy key: ``{group: {"consumeMessageOrderly": bool, "retryMaxTimes": int}}``."""
-DEFAULT_RETRY_MAX_TIMES = 16
-MAX_RETRY_MAX_TIMES = 1000
 DLQ_PREFIX = "%DLQ%"
 REAL_TOPIC = "REAL_TOPIC"
 ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
 MAX_QUEUES = 100_000
 """Pop queues kept at most; past it, idle ones (no receive waiting, nothing in flight) are dropped."""
-
-
-@dataclass(frozen=True, slots=True)
-class GroupPolicy:
-    """A consumer group's settings: ``fifo`` (orderly consumption), ``max_delivery_attempts`` (first
-    delivery included; a message is dead-lettered instead of delivered again past it)."""
-
-    fifo: bool = False
-    max_delivery_attempts: int = DEFAULT_RETRY_MAX_TIMES + 1
-
-
-def parse_group_config(value: Any) -> dict[str, Any]:
-    """Validate one group's config as the admin API accepts it: a JSON object with only
-    ``consumeMessageOrderly`` (bool) and ``retryMaxTimes`` (int in [0, 1000]). Returns the normalized
-    object; raises ValueError naming the bad field."""
-    if not isinstance(value, dict):
-        raise ValueError("a subscription group config must be a JSON object")
-    unknown = set(value) - {"consumeMessageOrderly", "retryMaxTimes"}
-    if unknown:
-        raise ValueError(f"unknown subscription group fields: {sorted(unknown)}")
-    orderly = value.get("consumeMessageOrderly", False)
-    if type(orderly) is not bool:
-        raise ValueError("consumeMessageOrderly must be true or false")
-    retries = value.get("retryMaxTimes", DEFAULT_RETRY_MAX_TIMES)
-    if type(retries) is not int or not 0 <= retries <= MAX_RETRY_MAX_TIMES:
-        raise ValueError(f"retryMaxTimes must be an integer in [0, {MAX_RETRY_MAX_TIMES}]")
-    return {"consumeMessageOrderly": orderly, "retryMaxTimes": retries}
-
-
-def group_policy(service: BrokerService, namespace: str, group: str) -> GroupPolicy:
-    """The policy of ``group`` in ``namespace`` (``tenant/ns``); defaults when unset or unreadable.
-    rmqcore's Telemetry reply reads ``fifo`` (``subscription.fifo``) and ``max_delivery_attempts``
-    (``backoff_policy.max_attempts``) here."""
-    try:
-        groups = service.namespace_policy(namespace, GROUPS_POLICY)
-    except Exception:  # noqa: BLE001 - unknown namespace: the defaults (the receive itself says why)
-        return GroupPolicy()
-    config = groups.get(group) if isinstance(groups, dict) else None
-    if config is None:
-        return GroupPolicy()
-    try:
-        parsed = parse_group_config(config)
-    except ValueError:
-        log.warning("ignoring the malformed RocketMQ group policy of %s in %s", group, namespace)
-        return GroupPolicy()
-    return GroupPolicy(bool(parsed["consumeMessageOrderly"]), int(parsed["retryMaxTimes"]) + 1)
 
 
 def dead_letter_topic(topic: TopicName, group: str) -> TopicName:
@@ -138,11 +74,11 @@ def dead_letter_copy(data: memoryview, unacked: int | None, real_topic: str, ori
     parsed = read_entry(data)
     extra = [KeyValue(key=REAL_TOPIC, value=real_topic), KeyValue(key=ORIGIN_MESSAGE_ID, value=origin_id)]
     if not parsed.batch:
-        single = parse_headers_and_payload(data)
+        whole = parse_headers_and_payload(data)
         metadata = MessageMetadata()
-        metadata.CopyFrom(single.metadata)
+        metadata.CopyFrom(whole.metadata)
         _set_properties(metadata.properties, extra)
-        return encode_headers_and_payload(metadata, single.payload)
+        return encode_headers_and_payload(metadata, whole.payload)
     keep = [unacked is None or bool(unacked >> i & 1) for i in range(len(parsed.items))]
     items = []
     for (single, body), kept in zip(parsed.items, keep, strict=True):
@@ -217,7 +153,10 @@ class ConsumeGroups:
         if queue is None or queue.closed:
             return None
         loaded = self.service.topics.get(topic.full_name)
-        if not isinstance(loaded, PersistentTopic) or loaded.subscriptions.get(group) is not queue.subscription:
+        if (
+            not isinstance(loaded, PersistentTopic)
+            or loaded.subscriptions.get(group) is not queue.subscription
+        ):
             queue.close()  # the topic was unloaded or the subscription deleted: its receipts are gone
             del self._queues[(group, topic.full_name)]
             return None

@@ -28,6 +28,7 @@ import grpc
 
 from quasar.broker.rocketmq.client_activity import ClientActivity
 from quasar.broker.rocketmq.clients import ClientRegistry
+from quasar.broker.rocketmq.consume import ConsumeActivity
 from quasar.broker.rocketmq.context import RocketMQContext, RocketMQSettings, call_metadata
 from quasar.broker.rocketmq.route import RouteActivity
 from quasar.broker.rocketmq.send import SendActivity
@@ -45,6 +46,7 @@ HANDLER_GROUPS: tuple[Callable[[RocketMQContext], object], ...] = (
     RouteActivity,
     ClientActivity,
     SendActivity,
+    ConsumeActivity,
     # rmqconsume and rmqpull: one line each for their handler group
 )
 """The handler groups of the servicer, in lookup order (the first with a method of an RPC's name serves it)."""
