@@ -11,8 +11,10 @@ cursor like any Pulsar individual ack.
   of a receive; an entry the dispatcher hands over when no waiter has room goes back to the subscription without
   counting as a redelivery.
 - An entry handed to a waiter is *in flight*: invisible to every other receive until ``retrieve_ms +
-  invisible_ms`` (wall clock, ms). Its receipt is ``(queue offset, retrieve_ms)``; changing the invisible time
-  gives a new ``retrieve_ms`` (strictly larger), so an older receipt no longer matches (RocketMQ's
+  invisible_ms`` (wall clock, ms). Its receipt is ``(queue offset, retrieve_ms)``, plus the batch index for a
+  message of a Pulsar batch entry; changing the invisible time gives a new ``retrieve_ms`` (strictly larger),
+  so an older receipt no longer matches. The messages of a batch entry each have their own receipt and
+  invisible time; the entry becomes visible again when every message of it not yet acked is due (RocketMQ's
   ChangeInvisibleDuration acks the old checkpoint).
 - Not acked in time: the entry is redelivered through the subscription (Pulsar's redelivery count + 1, so the
   next delivery's ``attempt`` = count + 1). An entry handed over with ``attempt > max_delivery_attempts`` is
@@ -84,12 +86,19 @@ class PopItem:
     owner: str = ""
     renew_step_ms: int = 0
     renew_until_ms: int = 0
-    previous_retrieves: set[int] = field(default_factory=set)
+    index_retrieve: dict[int, int] = field(default_factory=dict)
+    index_expires: dict[int, int] = field(default_factory=dict)
+    version: int = 0
 
     @property
     def expires_ms(self) -> int:
-        """Wall-clock ms at which it becomes visible again."""
+        """Wall-clock ms at which it becomes visible again (messages of a batch: see ``PopQueue``)."""
         return self.retrieve_ms + self.invisible_ms
+
+    def message_expires_ms(self, index: int | None) -> int:
+        """When message ``index`` of the entry (None: the whole entry) is due again."""
+        base = self.retrieve_ms + self.invisible_ms
+        return base if index is None else self.index_expires.get(index, base)
 
 
 class PopWaiter:
@@ -211,7 +220,7 @@ class PopQueue:
         self._inflight: dict[int, PopItem] = {}  # queue offset -> item
         self._chains: dict[str, _Chain] = {}
         self._parked = 0
-        self._expiry: list[tuple[int, int, int]] = []  # (expires_ms, queue offset, retrieve_ms)
+        self._expiry: list[tuple[int, int, int]] = []  # (due ms, queue offset, item version)
         self._timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.closed = False
@@ -313,6 +322,8 @@ class PopQueue:
                 self._finish(item)  # not for this group: acked, as the proxy does
                 continue
             now = _now_ms()
+            item.index_retrieve.clear()
+            item.index_expires.clear()
             item.retrieve_ms = now
             item.invisible_ms = waiter.invisible_ms
             item.owner = waiter.owner
@@ -347,17 +358,31 @@ class PopQueue:
         self._detach_if_idle()
 
     # ------------------------------------------------------------------ receipts
-    def lookup(self, queue_offset: int, retrieve_ms: int) -> PopItem | None:
-        """The in-flight entry a receipt names, or None when it is unknown, stale (superseded by a newer
-        receipt, acked, visible again) or expired."""
+    def lookup(self, queue_offset: int, retrieve_ms: int, index: int | None = None) -> PopItem | None:
+        """The in-flight entry a receipt names (``index``: the message's batch index), or None when it is
+        unknown, stale (superseded by a newer receipt, acked, visible again) or expired."""
         item = self._inflight.get(queue_offset)
         if item is None or item.dead_lettering:
             return None
-        if item.retrieve_ms != retrieve_ms and retrieve_ms not in item.previous_retrieves:
-            return None
-        if item.expires_ms <= _now_ms():
+        current = item.retrieve_ms if index is None else item.index_retrieve.get(index, item.retrieve_ms)
+        if current != retrieve_ms or item.message_expires_ms(index) <= _now_ms():
             return None
         return item
+
+    def _entry_expires_ms(self, item: PopItem) -> int:
+        """When the entry is due again: the latest due time of its messages not yet acked."""
+        if not item.index_expires:
+            return item.expires_ms
+        unacked = self.subscription.cursor.batch_ack_set(item.position)
+        base = item.expires_ms
+        times = [
+            item.index_expires.get(index, base)
+            for index in range(max(item.index_expires) + 1 if unacked is None else unacked.bit_length())
+            if unacked is None or unacked >> index & 1
+        ]
+        if unacked is None:
+            times.append(base)  # the messages past the last changed index
+        return max(times, default=base)
 
     def ack(self, item: PopItem) -> None:
         """Acknowledge an in-flight entry (an individual ack on the cursor)."""
@@ -383,25 +408,29 @@ class PopQueue:
             return
         if cursor.is_acked(item.position):
             self.ack(item)
+        elif item.index_expires:  # the acked message may have been the last one due
+            self._track(item)
 
     def acked_indexes(self, item: PopItem) -> int | None:
         """Bit set of the batch indexes of ``item`` still unacknowledged, or None when none was acked."""
         return self.subscription.cursor.batch_ack_set(item.position)
 
-    def change_invisible(self, item: PopItem, invisible_ms: int, *, keep_previous: bool = False) -> PopItem:
-        """Make ``item`` invisible for ``invisible_ms`` from now; returns it with a new ``retrieve_ms``
-        (strictly larger than the previous one), so the previous receipt no longer matches — unless
-        ``keep_previous`` (a message of a batch entry: the other messages' receipts name the same entry and
-        stay valid; the entry's messages share one invisible time)."""
-        if keep_previous:
-            if len(item.previous_retrieves) >= 1024:
-                raise ValueError("too many invisible-time changes on one batch entry")
-            item.previous_retrieves.add(item.retrieve_ms)
-        item.retrieve_ms = max(_now_ms(), item.retrieve_ms + 1)
-        item.invisible_ms = invisible_ms
+    def change_invisible(self, item: PopItem, invisible_ms: int, index: int | None = None) -> int:
+        """Make ``item`` (``index``: one message of a batch entry) invisible for ``invisible_ms`` from now;
+        returns the new ``retrieve_ms`` of its receipt (strictly larger than the previous one), so the previous
+        receipt no longer matches; the other messages' receipts stay valid."""
+        now = _now_ms()
+        if index is None:
+            item.retrieve_ms = max(now, item.retrieve_ms + 1)
+            item.invisible_ms = invisible_ms
+            retrieve = item.retrieve_ms
+        else:
+            retrieve = max(now, item.index_retrieve.get(index, item.retrieve_ms) + 1)
+            item.index_retrieve[index] = retrieve
+            item.index_expires[index] = retrieve + invisible_ms
         item.renew_until_ms = 0  # the client chose the time (a push consumer's nack): no more renewals
         self._track(item)
-        return item
+        return retrieve
 
     def dead_letter_now(self, item: PopItem) -> None:
         """ForwardMessageToDeadLetterQueue: copy ``item`` to the dead-letter topic, then ack it."""
@@ -413,10 +442,11 @@ class PopQueue:
     # ------------------------------------------------------------------ expiry
     def _track(self, item: PopItem) -> None:
         self._inflight[item.queue_offset] = item
-        due = item.expires_ms
+        item.version += 1
+        due = self._entry_expires_ms(item)
         if item.renew_until_ms:  # renewed ahead by at most half a step: the next due time is always later
             due -= min(RENEW_AHEAD_MS, item.renew_step_ms // 2)
-        heapq.heappush(self._expiry, (due, item.queue_offset, item.retrieve_ms))
+        heapq.heappush(self._expiry, (due, item.queue_offset, item.version))
         self._arm()
 
     def _renew(self, item: PopItem, now: int) -> bool:
@@ -432,9 +462,9 @@ class PopQueue:
 
     def _arm(self) -> None:
         while self._expiry:
-            _, offset, retrieve = self._expiry[0]
+            _, offset, version = self._expiry[0]
             item = self._inflight.get(offset)
-            if item is not None and item.retrieve_ms == retrieve and not item.dead_lettering:
+            if item is not None and item.version == version and not item.dead_lettering:
                 break
             heapq.heappop(self._expiry)  # superseded
         if self._timer is not None:
@@ -449,12 +479,12 @@ class PopQueue:
         now = _now_ms()
         expired: list[PopItem] = []
         while self._expiry and self._expiry[0][0] <= now:
-            _, offset, retrieve = heapq.heappop(self._expiry)
+            _, offset, version = heapq.heappop(self._expiry)
             item = self._inflight.get(offset)
-            if item is not None and item.retrieve_ms == retrieve and not item.dead_lettering:
+            if item is not None and item.version == version and not item.dead_lettering:
                 if self._renew(item, now):
                     continue
-                if item.expires_ms > now:  # an auto-renewed entry whose renewal ended: expires later
+                if self._entry_expires_ms(item) > now:  # renewal ended, or a message changed: later
                     item.renew_until_ms = 0
                     self._track(item)
                     continue

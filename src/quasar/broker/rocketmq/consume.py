@@ -20,15 +20,17 @@ queue id and pops the broker's queues with id -1; push consumers send -1):
   ``delivery_timestamp`` when the poll ended empty. Each message has ``receipt_handle``,
   ``invisible_duration``, ``delivery_attempt`` (= the subscription's redelivery count + 1) and the mapping's
   fields (``mapping.messages_of_entry``). Messages whose tag does not match the filter are acked for the
-  group and not sent; the poll goes on while time is left. Messages of a Pulsar batch entry share its
-  invisible time (each has its own handle: the 9th field is its batch index).
+  group and not sent; the poll goes on while time is left. Messages of a Pulsar batch entry each have a
+  handle (its 9th field is the batch index) and are acked one by one (batch-index acks).
 
 **AckMessage**: per entry OK, or INVALID_RECEIPT_HANDLE (40013) for a handle that is malformed, expired,
 superseded (ChangeInvisibleDuration), already acked or names another broker/queue; top-level status = the
 common code, else MULTIPLE_RESULTS. **ChangeInvisibleDuration**: [0, 12 h] (ILLEGAL_INVISIBLE_TIME); answers a
-new handle (the old one stops working) — on error the request's handle is echoed (the py client stores the
-reply's handle before it looks at the status). **ForwardMessageToDeadLetterQueue**: copies the message to
-``%DLQ%<group>`` and acks it (``consume_groups``); 40013 for a bad handle.
+new handle (the old one stops working; for a message of a batch entry only its own handle changes, and
+the entry is visible again once each of its messages not yet acked is due) — on error the request's handle
+is echoed (the py client stores the reply's handle before it looks at the status).
+**ForwardMessageToDeadLetterQueue**: copies the message to ``%DLQ%<group>`` and acks it (``consume_groups``);
+40013 for a bad handle.
 """
 
 from __future__ import annotations
@@ -304,7 +306,11 @@ class ConsumeActivity:
         if handle.queue_id >= queues:
             raise RocketMQError(Code.INVALID_RECEIPT_HANDLE, f"receipt handle names queue {handle.queue_id}")
         queue = self.groups.find(group, self.context.queue_topic(topic, handle.queue_id, queues))
-        item = None if queue is None else queue.lookup(handle.offset, handle.retrieve_time_ms)
+        item = (
+            None
+            if queue is None
+            else queue.lookup(handle.offset, handle.retrieve_time_ms, handle.batch_index)
+        )
         if item is None:
             raise RocketMQError(
                 Code.INVALID_RECEIPT_HANDLE,
@@ -360,15 +366,10 @@ class ConsumeActivity:
             return service.ChangeInvisibleDurationResponse(
                 status=new_status(exc.code, exc.message), receipt_handle=request.receipt_handle
             )
-        try:
-            item.queue.change_invisible(item, invisible, keep_previous=handle.batch_index is not None)
-        except ValueError as exc:
-            return service.ChangeInvisibleDurationResponse(
-                status=new_status(Code.TOO_MANY_REQUESTS, str(exc)), receipt_handle=request.receipt_handle
-            )
+        retrieve = item.queue.change_invisible(item, invisible, handle.batch_index)
         renewed = ReceiptHandle(
-            retrieve_time_ms=item.retrieve_ms,
-            invisible_time_ms=item.invisible_ms,
+            retrieve_time_ms=retrieve,
+            invisible_time_ms=invisible,
             broker_name=handle.broker_name,
             queue_id=handle.queue_id,
             offset=handle.offset,
