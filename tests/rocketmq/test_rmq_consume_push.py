@@ -151,7 +151,9 @@ def test_fifo_group_gets_a_message_groups_next_message_after_the_ack(
     request.endpoints.scheme = 1
     request.endpoints.addresses.add(host="127.0.0.1", port=int(rmq_broker.rocketmq_address.rsplit(":", 1)[1]))
     answer = stub.QueryAssignment(request, metadata=metadata(), timeout=10)
-    assert sorted(a.message_queue.id for a in answer.assignments) == list(range(PARTITIONS))  # FIFO: per queue
+    assert sorted(a.message_queue.id for a in answer.assignments) == list(
+        range(PARTITIONS)
+    )  # FIFO: per queue
 
     producer = clients.producer(topic)
     for body, message_group in ((b"a1", "A"), (b"a2", "A"), (b"b1", "B"), (b"a3", "A"), (b"b2", "B")):
@@ -172,7 +174,9 @@ def test_fifo_group_gets_a_message_groups_next_message_after_the_ack(
     assert [b for b in order if b.startswith(b"b")] == [b"b1", b"b2"]
 
 
-def test_fifo_push_consumer_keeps_the_order_through_a_failure(rmq_broker: BrokerProcess, clients: Any) -> None:
+def test_fifo_push_consumer_keeps_the_order_through_a_failure(
+    rmq_broker: BrokerProcess, clients: Any
+) -> None:
     from rocketmq import MessageListener
 
     group = _name("g")

@@ -39,6 +39,12 @@ def _create_group(broker: BrokerProcess, topic: str, group: str, partitions: int
     assert status == 204
 
 
+def _backlog(broker: BrokerProcess, topic: str, group: str) -> int:
+    status, stats = admin(broker, "GET", f"/admin/v2/persistent/public/default/{topic}/stats")
+    assert status == 200
+    return int(stats["subscriptions"][group]["msgBacklog"])
+
+
 @pytest.fixture
 def clients(rmq_config: Callable[..., Any]) -> Iterator[Any]:
     from rocketmq import FilterExpression, Producer, SimpleConsumer
@@ -97,10 +103,10 @@ def test_receive_ack_and_invisibility(rmq_broker: BrokerProcess, clients: Any) -
     first = got[0]
     assert first.body.startswith(b"m") and first.tag == "A" and first.properties.get("color") == "red"
     assert all(m.delivery_attempt == 1 for m in got) and not any(m.corrupted for m in got)
+    assert _backlog(rmq_broker, topic, group) == 3  # in flight: invisible, not acked
     for message in got:
         consumer.ack(message)
-    second = clients.consumer(topic, group)
-    assert second.receive(16, 15) == []  # all acked: nothing for anyone in the group
+    assert _backlog(rmq_broker, topic, group) == 0
 
 
 def test_change_invisible_duration_redelivers_with_the_next_attempt(
@@ -155,6 +161,29 @@ def test_dead_letter_after_the_groups_max_attempts(rmq_broker: BrokerProcess, cl
     reader.ack(dead)
 
 
+def test_forward_message_to_dead_letter_queue(rmq_broker: BrokerProcess, clients: Any, stub: Any) -> None:
+    from rocketmq.grpc_protocol import ForwardMessageToDeadLetterQueueRequest
+
+    topic, group = _name("t"), _name("g")
+    _create_group(rmq_broker, topic, group)
+    _create_group(rmq_broker, f"%DLQ%{group}", "dlq-reader")
+    producer = clients.producer(topic)
+    sent = _send(producer, topic, b"forward me")
+    consumer = clients.consumer(topic, group)
+    (message,) = _receive(consumer, 1)
+    request = ForwardMessageToDeadLetterQueueRequest(
+        receipt_handle=message.receipt_handle, message_id=sent, delivery_attempt=1, max_delivery_attempts=17
+    )
+    request.group.name = group
+    request.topic.name = topic
+    assert stub.ForwardMessageToDeadLetterQueue(request, metadata=metadata(), timeout=10).status.code == 20000
+    again = stub.ForwardMessageToDeadLetterQueue(request, metadata=metadata(), timeout=10)
+    assert again.status.code == 40013  # the handle is gone with the message
+    (dead,) = _receive(clients.consumer(f"%DLQ%{group}", "dlq-reader"), 1)
+    assert (dead.message_id, dead.body) == (sent, b"forward me")
+    assert _backlog(rmq_broker, topic, group) == 0
+
+
 def test_tag_filter_and_sql_refused(rmq_broker: BrokerProcess, clients: Any, stub: Any) -> None:
     from rocketmq.grpc_protocol import ReceiveMessageRequest
 
@@ -168,8 +197,7 @@ def test_tag_filter_and_sql_refused(rmq_broker: BrokerProcess, clients: Any, stu
     assert sorted(m.body for m in got) == [b"tag-A", b"tag-C"]
     for message in got:
         consumer.ack(message)
-    everything = clients.consumer(topic, group, "*")
-    assert everything.receive(16, 15) == []  # B and the untagged one were acked for the group
+    assert _backlog(rmq_broker, topic, group) == 0  # B and the untagged one were acked for the group
 
     request = ReceiveMessageRequest(batch_size=1, auto_renew=True)
     request.group.name = group
