@@ -238,3 +238,22 @@ async def test_auto_renew_keeps_an_entry_hidden_while_its_client_is_connected(to
     alive.clear()  # the client went away: no more renewals
     (again,) = await pop(queue, 1, wait_s=2)
     assert again.attempt == 2
+
+
+async def test_an_exclusive_pulsar_consumer_keeps_the_group_away(topic):
+    from quasar.broker.errors import ConsumerBusyError
+
+    await publish(topic, entry(0))
+    queue, _ = await queue_on(topic)
+
+    class Cnx:
+        writable = True
+        remote_address = "t"
+
+        def send_message(self, *args, **kwargs) -> None:
+            pass
+
+    queue.subscription.add_consumer(Consumer(1, "x", Cnx(), queue.subscription), SubType.Exclusive)
+    with pytest.raises(ConsumerBusyError):
+        await pop(queue, 1)
+    assert queue.idle and len(queue.subscription.consumers) == 1

@@ -14,6 +14,7 @@ queue id and pops the broker's queues with id -1; push consumers send -1):
 - polling time: ``long_polling_timeout``, else the call's remaining deadline minus half the request timeout;
   clamped to [5 s, ``long_polling_timeout_s`` (20 s)], and cut to end 1 s before the call's deadline (under
   5 s left: ILLEGAL_POLLING_TIME), so the stream always closes before the client gives up;
+- a group whose subscription serves an Exclusive or Failover Pulsar consumer answers FORBIDDEN;
 - long polls are bounded: :data:`MAX_LONG_POLLS_PER_CONNECTION` per gRPC peer and :data:`MAX_LONG_POLLS` in
   total; beyond, TOO_MANY_REQUESTS at once;
 - the stream: ``status`` OK, the messages, ``delivery_timestamp`` (now); or MESSAGE_NOT_FOUND and
@@ -41,7 +42,7 @@ from collections.abc import AsyncIterator
 from contextlib import contextmanager
 from typing import Any
 
-from quasar.broker.errors import BrokerError
+from quasar.broker.errors import BrokerError, ConsumerBusyError
 from quasar.broker.pop_consumer import PopItem, PopQueue, PopWaiter
 from quasar.broker.rocketmq.consume_filter import TagFilter, parse_filter
 from quasar.broker.rocketmq.consume_groups import ConsumeGroups
@@ -93,6 +94,18 @@ def _now_timestamp() -> Any:
     return stamp
 
 
+@contextmanager
+def _busy_as_status(group: str) -> Any:
+    """A group whose subscription serves an Exclusive/Failover Pulsar consumer: FORBIDDEN, saying why."""
+    try:
+        yield
+    except ConsumerBusyError as exc:
+        raise RocketMQError(
+            Code.FORBIDDEN,
+            f"consumer group {group} is a Pulsar subscription with an exclusive consumer: {exc}",
+        ) from None
+
+
 class ConsumeActivity:
     """The consumption RPCs (module docstring). Sets ``context.is_fifo_group`` so QueryAssignment and the
     Telemetry reply read the groups' FIFO policy; :meth:`close` closes every pop queue."""
@@ -137,7 +150,7 @@ class ConsumeActivity:
             raise RocketMQError(code_of(exc), str(exc)) from None
         for queue in pop_queues:
             queue.accept = tags.entry_may_match if tags.tags is not None else None
-        with self._long_poll(metadata.peer):
+        with self._long_poll(metadata.peer), _busy_as_status(group):
             messages = await self._pop(
                 request, pop_queues, tags, batch, invisible_ms, polling_s, metadata.client_id
             )
