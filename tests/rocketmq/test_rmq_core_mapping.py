@@ -234,6 +234,7 @@ async def test_read_mapping_of_messages_a_pulsar_producer_stored(tmp_path: Path)
     assert [m.body for m in messages] == [b"plain", b"item-0", b"item-1", b"item-2"]
     first = messages[0]
     assert dict(first.user_properties) == {"a": "1"}
+    assert list(first.system_properties.keys) == ["pk"]  # the Pulsar partition key is the message's key
     assert first.system_properties.born_timestamp.ToMilliseconds() == 1_700_000_000_001
     assert first.system_properties.message_type == definition.MessageType.NORMAL
     assert first.system_properties.queue_offset == 0

@@ -245,6 +245,7 @@ class BrokerApp:
             web_service_url=self.web_service_url,
             service_url_tls=self.service_url_tls,
             web_service_url_tls=self.web_service_url_tls,
+            rocketmq_address=self.rocketmq_address,
             listeners=parse_advertised_listeners(config.advertised_listeners),
             role="slave" if self.replication is not None else "",
             ha_address=self.replication.ha_address if self.replication is not None else "",
@@ -361,6 +362,8 @@ class BrokerApp:
         self.admin_port = admin_socket.getsockname()[1]
         if self.tls is not None:
             self.tls.bind(_bind)
+        if config.rocketmq_enabled:  # bound now: its address is registered in the cluster; serves at the end
+            self._bind_rocketmq(service)
         service.broker_service_url = self.service_url
         service.web_service_url = self.web_service_url
         admission = ConnectionController(config.broker_max_connections, config.broker_max_connections_per_ip)
@@ -407,14 +410,14 @@ class BrokerApp:
         await web.SockSite(self._admin_runner, admin_socket).start()
         if self.tls is not None:
             await self.tls.serve_admin(self._admin_runner)
-        if config.rocketmq_enabled:
-            await self._start_rocketmq(service)
+        if self.rocketmq is not None:
+            await self.rocketmq.start()
         if self.replication is not None:
             await self.replication.start(self)
 
-    async def _start_rocketmq(self, service: BrokerService) -> None:
-        """Serve RocketMQ's gRPC API on ``host:rocketmq_port`` (``quasar.broker.rocketmq``, imported only when
-        on: it loads grpc and the RocketMQ stubs)."""
+    def _bind_rocketmq(self, service: BrokerService) -> None:
+        """Bind RocketMQ's gRPC API on ``host:rocketmq_port`` (``quasar.broker.rocketmq``, imported only when
+        on: it loads grpc and the RocketMQ stubs); :meth:`start` serves it once the broker is ready."""
         from quasar.broker.rocketmq.context import RocketMQSettings
         from quasar.broker.rocketmq.server import RocketMQListener
 
@@ -423,9 +426,12 @@ class BrokerApp:
             max_body_size=config.rocketmq_max_message_size,
             broker_name=config.broker_name or config.cluster_name,
             advertised_host=config.advertised_address,
+            host_name=self.advertised_address,
+            tls=config.tls_settings() if config.rocketmq_port_tls is not None else None,
+            tls_port=config.rocketmq_port_tls,
         )
         self.rocketmq = RocketMQListener(service, settings, config.host, config.rocketmq_port)
-        await self.rocketmq.start()
+        self.rocketmq.bind()
 
     async def _stop_rocketmq(self) -> None:
         listener, self.rocketmq = self.rocketmq, None
@@ -435,9 +441,7 @@ class BrokerApp:
     @property
     def rocketmq_address(self) -> str:
         """``host:port`` of the RocketMQ gRPC endpoint (the advertised host); "" when it is off."""
-        if self.rocketmq is None:
-            return ""
-        return f"{self.advertised_address}:{self.rocketmq.port}"
+        return self.rocketmq.address if self.rocketmq is not None else ""
 
     def _add_metrics(self, admin_app: web.Application, service: BrokerService, store: MessageStore) -> None:
         """``GET /metrics`` (``quasar.broker.metrics``) on a registry of this broker's own, and the owned

@@ -356,6 +356,9 @@ class BrokerConfig:
     clients; ``--no-rocketmq`` turns it off."""
     rocketmq_port: int = 8081
     """Port of the RocketMQ gRPC listener on ``host`` (the RocketMQ proxy's 8081); 0 = a free port."""
+    rocketmq_port_tls: int | None = None
+    """Port of the RocketMQ gRPC listener over TLS (the broker's ``tls_*`` certificate files; None = off; 0 = a
+    free port): the RocketMQ clients' ``tls_enable`` / ``enableSsl``."""
     rocketmq_max_message_size: int = 4 * 1024 * 1024
     """RocketMQ ``maxMessageSize``: bytes of a message body sent by a RocketMQ client (MESSAGE_BODY_TOO_LARGE
     past it), pushed to producers as ``publishing.max_body_size``; at most ``max_message_size``."""
@@ -416,14 +419,19 @@ class BrokerConfig:
                 raise ValueError(f"nameservers: {address!r} is not host:port (list them as h:p;h:p)")
         if self.broker_id and not self.broker_name:
             raise ValueError("broker_id needs broker_name (the broker group it belongs to)")
-        self._check_rocketmq()
         self._check_replication()
         self._check_authentication()
         self._check_tls()
+        self._check_rocketmq()
 
     def _check_rocketmq(self) -> None:
         if not 0 <= self.rocketmq_port <= 65535:
             raise ValueError(f"rocketmq_port must be in 0..65535, got {self.rocketmq_port}")
+        port = self.rocketmq_port_tls
+        if port is not None:
+            if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+                raise ValueError(f"rocketmq_port_tls must be None (off) or a port in 0..65535, got {port!r}")
+            self.tls_settings()  # TlsConfigError (a ValueError): the certificate and key are required
         if not 0 < self.rocketmq_max_message_size <= self.max_message_size:
             raise ValueError(
                 f"rocketmq_max_message_size must be in 1..max_message_size ({self.max_message_size}),"

@@ -153,15 +153,17 @@ def rocketmq_options(command: F) -> F:
 
 def tls_ready_suffix(app: BrokerApp) -> str:
     """`` tls=pulsar+ssl://H:P https=https://H:P`` for the TLS listeners that are on ("" when none is), then
-    `` rocketmq=H:P`` when the RocketMQ endpoint is on: appended to the readiness lines after their fixed
-    fields."""
+    `` rocketmq=H:P`` (and `` rocketmq+ssl=H:P``) when the RocketMQ endpoint is on: appended to the readiness
+    lines after their fixed fields."""
     suffix = ""
     if app.service_url_tls:
         suffix += f" tls={app.service_url_tls}"
     if app.web_service_url_tls:
         suffix += f" https={app.web_service_url_tls}"
-    if app.rocketmq_address:
-        suffix += f" rocketmq={app.rocketmq_address}"
+    if app.rocketmq is not None:
+        suffix += f" rocketmq={app.rocketmq.address}"
+        if app.rocketmq.tls_address:
+            suffix += f" rocketmq+ssl={app.rocketmq.tls_address}"
     return suffix
 
 

@@ -4,7 +4,7 @@ The broker is started on port 0 (any free port) unless told otherwise; :meth:`Br
 the readiness line the broker prints on stdout once both listeners are bound::
 
     quasar standalone ready: pulsar://HOST:PORT http://HOST:ADMIN_PORT [tls=pulsar+ssl://H:P] [https=https://H:P]
-        [rocketmq=H:P]
+        [rocketmq=H:P] [rocketmq+ssl=H:P]
 
 and takes the service URL and admin URL from it (and the TLS URLs, when the broker serves TLS). Teardown
 follows the nats-server test harness: SIGTERM, wait, then SIGKILL if the broker has not exited. stdout and
@@ -33,10 +33,11 @@ __all__ = ["READY_LINE", "BrokerProcess", "BrokerProcessError", "parse_ready_lin
 
 #: The readiness line: group 1 is the Pulsar service URL, group 2 the admin (web service) URL; groups 3 and 4
 #: the ``pulsar+ssl://`` and ``https://`` URLs when the broker serves TLS (None otherwise); group 5 the
-#: RocketMQ endpoint ``host:port`` when it is on.
+#: RocketMQ endpoint ``host:port`` when it is on, group 6 its TLS endpoint when that is on.
 READY_LINE = re.compile(
     r"quasar (?:standalone|broker) ready: (pulsar(?:\+ssl)?://\S+) (https?://\S+)"
     r"(?:[^\n]*? tls=(pulsar\+ssl://\S+))?(?:[^\n]*? https=(https://\S+))?(?:[^\n]*? rocketmq=(\S+))?"
+    r"(?:[^\n]*? rocketmq\+ssl=(\S+))?"
 )
 
 
@@ -108,6 +109,7 @@ class BrokerProcess(SubprocessHarness):
         self.subcommand = subcommand
         self.rocketmq_port = rocketmq_port
         self.rocketmq_address: str | None = None  # host:port from the readiness line when the endpoint is on
+        self.rocketmq_tls_address: str | None = None  # and of its TLS endpoint (rocketmq_port_tls)
         self.service_url: str | None = None
         self.admin_url: str | None = None
         self.service_url_tls: str | None = None  # from the readiness line; None without a TLS listener
@@ -154,12 +156,12 @@ class BrokerProcess(SubprocessHarness):
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.service_url = self.admin_url = None
         self.service_url_tls = self.admin_url_tls = None
-        self.rocketmq_address = None
+        self.rocketmq_address = self.rocketmq_tls_address = None
 
     def _on_ready(self, match: re.Match[str]) -> None:
         self.service_url, self.admin_url = match.group(1), match.group(2)
         self.service_url_tls, self.admin_url_tls = match.group(3), match.group(4)
-        self.rocketmq_address = match.group(5)
+        self.rocketmq_address, self.rocketmq_tls_address = match.group(5), match.group(6)
 
     def _reported_ports(self) -> dict[str, int] | None:
         if self.service_url is None:

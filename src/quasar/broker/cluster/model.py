@@ -107,6 +107,9 @@ class BrokerInfo:
     lookups send consumers and readers here; publishing is refused."""
     web_service_url_tls: str = ""
     """The HTTPS admin URL (``https://host:port``), "" without an HTTPS listener."""
+    rocketmq_address: str = ""
+    """``host:port`` of its RocketMQ gRPC endpoint (``quasar.broker.rocketmq``), "" when it has none: RocketMQ
+    routes name each queue's group master there."""
 
     def __post_init__(self) -> None:
         if not self.role:
@@ -151,6 +154,7 @@ class BrokerInfo:
             "haAddress": self.ha_address,
             "slaveRead": self.slave_read,
             "webServiceUrlTls": self.web_service_url_tls,
+            "rocketmqAddress": self.rocketmq_address,
         }
 
     @classmethod
@@ -174,6 +178,7 @@ class BrokerInfo:
             ha_address=str(value.get("haAddress", "")),
             slave_read=bool(value.get("slaveRead", False)),
             web_service_url_tls=str(value.get("webServiceUrlTls", "")),
+            rocketmq_address=str(value.get("rocketmqAddress", "")),
         )
 
 

@@ -16,22 +16,35 @@ lookup would auto-create it (its namespace exists: Quasar creates topics on firs
 from __future__ import annotations
 
 import ipaddress
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from quasar.broker.errors import BrokerError
+from quasar.broker.rocketmq.auth import RocketMQAuthenticator
 from quasar.broker.rocketmq.mapping import DEFAULT_MAX_BODY_SIZE
 from quasar.broker.rocketmq.status import Code, RocketMQError
 from quasar.broker.rocketmq.stubs import definition
 from quasar.broker.rocketmq.validation import check_topic
+from quasar.errors import QuasarError
 from quasar.protocol import InvalidTopicNameError, TopicName
+from quasar.security import TlsSettings
 
 if TYPE_CHECKING:
     from quasar.broker.broker_service import BrokerService
     from quasar.broker.rocketmq.clients import ClientRegistry
 
-__all__ = ["CallMetadata", "RocketMQContext", "RocketMQSettings", "call_metadata"]
+__all__ = [
+    "CallMetadata",
+    "RocketMQContext",
+    "RocketMQSettings",
+    "call_metadata",
+    "endpoints_of",
+    "is_tls_call",
+]
+
+log = logging.getLogger(__name__)
 
 TENANT = "public"
 """RocketMQ namespaces live under this Pulsar tenant."""
@@ -45,6 +58,8 @@ class RocketMQSettings:
     - ``max_body_size``: bytes of a message body (4 MiB), pushed to producers as ``publishing.max_body_size``.
     - ``broker_name``: the broker group named in routes (``Broker.name``).
     - ``advertised_host``: the host put in route endpoints ("" = the host the client dialled).
+    - ``host_name``: this broker's host in messages' ``store_host`` and the readiness line.
+    - ``tls`` / ``tls_port``: the TLS listener's certificate settings and port (None: no TLS listener).
     - ``request_timeout_s``, ``long_polling_timeout_s``, ``receive_batch_size``, ``max_attempts``: pushed in
       the Telemetry settings reply (§4: 3 attempts for producers, 17 = 16 retries + 1 for consumers).
     - ``client_idle_timeout_s``: a client that sent nothing (no heartbeat, no stream) for this long is dropped
@@ -54,6 +69,9 @@ class RocketMQSettings:
     max_body_size: int = DEFAULT_MAX_BODY_SIZE
     broker_name: str = "standalone"
     advertised_host: str = ""
+    host_name: str = "127.0.0.1"
+    tls: TlsSettings | None = None
+    tls_port: int | None = None
     request_timeout_s: int = 3
     long_polling_timeout_s: int = 20
     receive_batch_size: int = 32
@@ -102,6 +120,33 @@ def call_metadata(context: Any) -> CallMetadata:
     )
 
 
+def _endpoints(host: str, port: int) -> Any:
+    try:
+        address = ipaddress.ip_address(host)
+        scheme = definition.AddressScheme.IPv4 if address.version == 4 else definition.AddressScheme.IPv6
+    except ValueError:
+        scheme = definition.AddressScheme.DOMAIN_NAME
+    return definition.Endpoints(scheme=scheme, addresses=[definition.Address(host=host, port=port)])
+
+
+def is_tls_call(context: Any) -> bool:
+    """Whether a gRPC call came over the TLS listener."""
+    try:
+        auth = context.auth_context()
+    except Exception:  # noqa: BLE001 - a context without transport details (tests, closed calls)
+        return False
+    return bool(auth.get("transport_security_type") == [b"ssl"])
+
+
+def endpoints_of(address: str) -> Any:
+    """``Endpoints`` of a ``host:port`` (``[v6]:port`` too) with its scheme. Raises ValueError without a
+    port."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"not host:port: {address!r}")
+    return _endpoints(host.strip("[]"), int(port))
+
+
 @dataclass(slots=True)
 class RocketMQContext:
     """Shared by every handler group of one listener: ``service`` (the BrokerService), ``settings``,
@@ -111,11 +156,24 @@ class RocketMQContext:
     settings: RocketMQSettings
     clients: ClientRegistry
     port: int = 0
+    tls_port: int = 0
+    """The bound TLS port (0 while there is no TLS listener)."""
     is_fifo_group: Callable[[TopicName, str], bool] = lambda topic, group: False
     """Whether consumer ``group`` consumes ``topic`` orderly (RocketMQ ``consumeMessageOrderly``): pushed as
     ``subscription.fifo`` and makes QueryAssignment answer one queue per assignment. rmqconsume sets it from
     its FIFO group policy; False for every group until then."""
     _round_robin: dict[str, int] = field(default_factory=dict)
+    authenticator: RocketMQAuthenticator = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.authenticator = RocketMQAuthenticator(self.service)
+
+    def role(self, context: Any) -> str | None:
+        """The role of the call (``auth.RocketMQAuthenticator``: cached per credential); None with
+        authentication off. Raises RocketMQError UNAUTHORIZED. Handlers check permissions with it, e.g.
+        ``service.security.check_consume(ctx.role(context), topic, group)`` (PermissionDeniedError maps to
+        FORBIDDEN through ``status.code_of``)."""
+        return self.authenticator.role(context)
 
     # ------------------------------------------------------------------ topics
     def topic_name(self, resource: Any, metadata: CallMetadata) -> TopicName:
@@ -165,21 +223,63 @@ class RocketMQContext:
         return index
 
     # ------------------------------------------------------------------ routes
-    def endpoints(self, requested: Any = None) -> Any:
+    async def queue_brokers(
+        self, topic: TopicName, queues: int, requested: Any = None, *, tls: bool = False
+    ) -> list[tuple[int, Any]]:
+        """``(queue id, Broker)`` of every queue of ``topic`` that a client can reach. Standalone: every queue,
+        on this broker. A cluster member (``service.ownership``): each queue on its broker group's master
+        (``Broker.name`` = the group), placing a partition not placed yet as a Pulsar lookup would; a queue
+        whose group has no live master or whose master has no RocketMQ endpoint is left out (the proxy lists
+        only brokers it can route to)."""
+        ownership = self.service.ownership
+        if ownership is None:
+            endpoints = self.endpoints(requested, tls=tls)
+            broker = definition.Broker(name=self.settings.broker_name, id=0, endpoints=endpoints)
+            return [(i, broker) for i in range(queues)]
+        out = []
+        for queue_id in range(queues):
+            partition = self.queue_topic(topic, queue_id, queues)
+            group = ownership.placement.group_of(partition)
+            if group is None:
+                try:
+                    await ownership.lookup(partition, authoritative=False, listener="")
+                except QuasarError as exc:
+                    log.debug("RocketMQ route: %s not placed: %s", partition.full_name, exc)
+                    continue
+                group = ownership.placement.group_of(partition)
+            master = ownership.membership.master_of(group) if group is not None else None
+            if master is None or not master.rocketmq_address:
+                continue
+            if master.group == ownership.me.group:
+                endpoints = self.endpoints(requested, tls=tls)
+            else:
+                endpoints = endpoints_of(master.rocketmq_address)
+            out.append((queue_id, definition.Broker(name=master.group, id=0, endpoints=endpoints)))
+        return out
+
+    def local_queues(self, topic: TopicName, queues: int) -> list[int]:
+        """The queues of ``topic`` this broker writes (the request of a send names none): all of them
+        standalone; in a cluster those placed on this broker's group, or not placed yet (a send claims
+        them for it, as a Pulsar producer's lookup would)."""
+        ownership = self.service.ownership
+        if ownership is None:
+            return list(range(queues))
+        mine = ownership.me.group
+        return [
+            i
+            for i in range(queues)
+            if ownership.placement.group_of(self.queue_topic(topic, i, queues)) in (mine, None)
+        ]
+
+    def endpoints(self, requested: Any = None, *, tls: bool = False) -> Any:
         """This listener's ``Endpoints`` (with a scheme: the py client dials nothing without one): the
         advertised host, else the host the client asked for (the request's endpoints, port replaced by ours, as
-        the proxy does), else 127.0.0.1."""
+        the proxy does), else 127.0.0.1; the TLS port for a call that came over TLS."""
         host = self.settings.advertised_host
         if not host and requested is not None and requested.addresses:
             host = requested.addresses[0].host
-        host = host or "127.0.0.1"
-        try:
-            address = ipaddress.ip_address(host)
-            scheme = definition.AddressScheme.IPv4 if address.version == 4 else definition.AddressScheme.IPv6
-        except ValueError:
-            scheme = definition.AddressScheme.DOMAIN_NAME
-        return definition.Endpoints(scheme=scheme, addresses=[definition.Address(host=host, port=self.port)])
+        return _endpoints(host or "127.0.0.1", self.tls_port if tls and self.tls_port else self.port)
 
     def store_host(self) -> str:
         """``host:port`` of this listener, as messages' ``store_host``."""
-        return f"{self.settings.advertised_host or '127.0.0.1'}:{self.port}"
+        return f"{self.settings.host_name}:{self.port}"

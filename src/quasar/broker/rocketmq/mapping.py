@@ -25,6 +25,7 @@ queue id                              partition index (non-partitioned topic: qu
 queue offset                          the entry's consume-queue offset (all messages of a batch share it)
 body                                  payload (decompressed on read; ``body_encoding`` IDENTITY)
 ``keys``                              ``partition_key`` = first key, property ``KEYS`` = keys joined by " "
+                                      (on read without ``KEYS``: the partition key is the one key)
 ``tag``                               property ``TAGS``; the consume-queue tag hash = Java hashCode(tag)
 ``message_group``                     ``ordering_key`` (UTF-8); on read, an ordering key is a message group
 ``delivery_timestamp``                ``deliver_at_time`` (epoch ms)
@@ -325,11 +326,15 @@ def messages_of_entry(
         has_group = source.HasField("ordering_key")
         group = bytes(source.ordering_key).decode("utf-8", "replace") if has_group else ""
         event_time = source.event_time or metadata.publish_time
+        keys = properties.get(PROPERTY_KEYS, "").split()
+        if not keys and source.HasField("partition_key") and source.partition_key:
+            keys = [source.partition_key]  # a Pulsar producer's key is the message's one key
         out.append(
             _message(
                 topic=topic,
                 body=bytes(body),
                 properties=properties,
+                keys=keys,
                 message_id=properties.get(PROPERTY_UNIQ_KEY)
                 or position_message_id(ledger_id, entry_id, batch_index),
                 born_ms=event_time,
@@ -358,6 +363,7 @@ def _message(
     topic: Any,
     body: bytes,
     properties: dict[str, str],
+    keys: list[str],
     message_id: str,
     born_ms: int,
     store_ms: int,
@@ -376,7 +382,6 @@ def _message(
     tag = properties.get(PROPERTY_TAGS)
     if tag:
         system.tag = tag
-    keys = properties.get(PROPERTY_KEYS, "").split()
     if keys:
         system.keys.extend(keys)
     system.message_id = message_id

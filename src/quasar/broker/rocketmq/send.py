@@ -10,8 +10,10 @@ turning receipts into futures. The producer belongs to the client's registry rec
 (NotifyClientTermination, end of the Telemetry stream, idle expiry); sequence ids continue from the topic's
 last persisted one for that name, as a reconnecting Pulsar producer does.
 
-Queue choice (the request names none): a message group picks ``consistentHash(group.hashCode(), queues)``
-(Guava, as the proxy), so a group's messages stay on one queue in order; other messages go round robin. The
+Queue choice (the request names none) among the queues this broker writes (``RocketMQContext.local_queues``:
+all of them standalone, its group's in a cluster): a message group picks ``consistentHash(group.hashCode(),
+queues)`` (Guava, as the proxy), so a group's messages stay on one queue in order; other messages go round
+robin. The
 answer's ``offset`` is the entry's consume-queue offset, ``message_id`` and ``transaction_id`` the client's
 id. Several messages in one request (the py client never does it) are published one after the other; their
 entries' codes give the top-level status (MULTIPLE_RESULTS when they differ). All must name one topic
@@ -24,6 +26,7 @@ import asyncio
 import logging
 from typing import Any
 
+from quasar.broker.auth import PermissionDeniedError
 from quasar.broker.producer import Producer
 from quasar.broker.rocketmq.clients import ClientRecord
 from quasar.broker.rocketmq.context import CallMetadata, RocketMQContext, call_metadata
@@ -135,11 +138,12 @@ class SendActivity:
         if len({(m.topic.resource_namespace, m.topic.name) for m in messages}) > 1:
             raise RocketMQError(Code.MESSAGE_CORRUPTED, "all messages of one request must name one topic")
         record = self.context.clients.touch(metadata.client_id)
+        role = self.context.role(context)
         response = service.SendMessageResponse()
         for message in messages:
             entry = response.entries.add()
             try:
-                entry.offset = await self._send_one(message, metadata, record)
+                entry.offset = await self._send_one(message, metadata, record, role)
                 entry.message_id = entry.transaction_id = message.system_properties.message_id
                 entry.status.CopyFrom(ok_status())
             except RocketMQError as exc:
@@ -153,17 +157,28 @@ class SendActivity:
             response.status.CopyFrom(new_status(Code.MULTIPLE_RESULTS, "entries have different results"))
         return response
 
-    async def _send_one(self, message: Any, metadata: CallMetadata, record: ClientRecord) -> int:
+    async def _send_one(
+        self, message: Any, metadata: CallMetadata, record: ClientRecord, role: str | None
+    ) -> int:
         """Publish one message; returns its queue offset. Raises RocketMQError."""
         ctx = self.context
         mapped = map_message(message, max_body_size=ctx.settings.max_body_size)
         topic = ctx.topic_name(message.topic, metadata)
         queues = ctx.queue_count(topic)
+        local = ctx.local_queues(topic, queues)
+        if not local:
+            raise RocketMQError(
+                Code.FORBIDDEN, f"no writable queue of topic {topic.local_name} on this broker"
+            )
         if mapped.message_group:
-            queue_id = consistent_hash(java_string_hash(mapped.message_group), queues)
+            queue_id = local[consistent_hash(java_string_hash(mapped.message_group), len(local))]
         else:
-            queue_id = ctx.next_queue(topic, queues)
+            queue_id = local[ctx.next_queue(topic, len(local))]
         partition = ctx.queue_topic(topic, queue_id, queues)
+        try:
+            ctx.service.security.check_produce(role, partition)
+        except PermissionDeniedError as exc:
+            raise RocketMQError(Code.FORBIDDEN, str(exc)) from None
         try:
             link = await self._link(record, partition, metadata)
             position = await link.publish(mapped)
@@ -191,7 +206,6 @@ class SendActivity:
         refusal = service_.read_only or service_.write_refusal()
         if refusal is not None:
             raise RocketMQError(Code.TOO_MANY_REQUESTS, refusal)
-        service_.security.check_produce(None, partition)
         topic = await service_.get_or_create_topic(partition)
         if not topic.is_persistent:
             raise RocketMQError(Code.FORBIDDEN, f"{partition.full_name} is not a persistent topic")

@@ -4,11 +4,11 @@
 :class:`Servicer` builds one gRPC method handler per RPC of the service descriptor (``stubs.SERVICE``) and
 delegates each call to the handler group that has a method of the RPC's name (``context.py`` describes the
 groups). Before a handler runs, every call is checked the proxy's way: ``x-mq-client-id`` is required
-(CLIENT_ID_REQUIRED), and with authentication enabled on the broker the call is refused with UNAUTHORIZED
-(RocketMQ clients sign requests with an ak/sk HMAC, which Quasar does not map to its roles yet: they are never
-let in unauthenticated). A handler's ``RocketMQError`` becomes the response's ``Status``; any other exception
-is logged and answered INTERNAL_SERVER_ERROR; an RPC no group implements answers NOT_IMPLEMENTED (50100) with a
-message — always a Status in a normal response, never a bare gRPC error (the py client needs one).
+(CLIENT_ID_REQUIRED), and with authentication enabled on the broker the caller must authenticate
+(``auth.py``: a token as access key, or a TLS client certificate; else UNAUTHORIZED). A handler's
+``RocketMQError`` becomes the response's ``Status``; any other exception is logged and answered
+INTERNAL_SERVER_ERROR; an RPC no group implements answers NOT_IMPLEMENTED (50100) with a message — always a
+Status in a normal response, never a bare gRPC error (the py client needs one).
 
 Handler shapes by RPC kind: unary (``async def QueryRoute(self, request, context) -> response``), server
 streaming (ReceiveMessage, PullMessage: an async generator yielding responses), bidirectional (Telemetry: a
@@ -34,6 +34,7 @@ from quasar.broker.rocketmq.route import RouteActivity
 from quasar.broker.rocketmq.send import SendActivity
 from quasar.broker.rocketmq.status import Code, RocketMQError, new_status, ok_status
 from quasar.broker.rocketmq.stubs import SERVICE, SERVICE_NAME, service
+from quasar.broker.rocketmq.tls import server_credentials
 
 if TYPE_CHECKING:
     from quasar.broker.broker_service import BrokerService
@@ -59,14 +60,6 @@ def _response_class(method: Any) -> Any:
     return getattr(service, method.output_type.name)
 
 
-def _unauthorized() -> RocketMQError:
-    return RocketMQError(
-        Code.UNAUTHORIZED,
-        "authentication is enabled on this broker and RocketMQ clients' ak/sk signatures are not mapped to "
-        "Quasar roles: RocketMQ clients are refused",
-    )
-
-
 class Servicer:
     """Dispatches every ``MessagingService`` RPC to its handler group (module docstring)."""
 
@@ -84,10 +77,10 @@ class Servicer:
         return None
 
     def _admit(self, context: Any) -> None:
-        """The checks of every call: a client id (touching its registry record), authentication."""
+        """The checks of every call: a client id, authentication (``auth.py``); then the client's registry
+        record is touched."""
         metadata = call_metadata(context)
-        if self.context.service.security.authentication is not None:
-            raise _unauthorized()
+        self.context.role(context)
         self.context.clients.touch(metadata.client_id)
 
     def generic_handler(self) -> grpc.GenericRpcHandler:
@@ -169,10 +162,9 @@ class Servicer:
 
 
 class RocketMQListener:
-    """The RocketMQ endpoint of one broker: ``start()`` binds ``host:port`` (0 = a free port; ``port`` holds
-    the bound one) and serves; ``stop()`` ends the calls in progress (1 s grace) and drops every client.
-
-    Raises OSError from :meth:`start` when the port cannot be bound."""
+    """The RocketMQ endpoint of one broker: :meth:`bind` binds ``host:port`` (0 = a free port; ``port`` holds
+    the bound one), :meth:`start` serves (binding first if needed), :meth:`stop` ends the calls in progress
+    (1 s grace) and drops every client. Binding raises OSError when the port cannot be bound."""
 
     def __init__(self, service: BrokerService, settings: RocketMQSettings, host: str, port: int) -> None:
         self.host = host
@@ -181,6 +173,7 @@ class RocketMQListener:
             service, settings, ClientRegistry(idle_timeout_s=settings.client_idle_timeout_s)
         )
         self._server: grpc.aio.Server | None = None
+        self._serving = False
 
     @property
     def port(self) -> int:
@@ -188,11 +181,19 @@ class RocketMQListener:
 
     @property
     def address(self) -> str:
-        """``host:port`` as printed in the readiness line."""
-        host = self.context.settings.advertised_host or self.host
-        return f"{host}:{self.port}"
+        """``host:port`` of this endpoint (the broker's advertised host)."""
+        return f"{self.context.settings.host_name}:{self.port}"
 
-    async def start(self) -> None:
+    @property
+    def tls_address(self) -> str:
+        """``host:port`` of the TLS endpoint; "" without one."""
+        port = self.context.tls_port
+        return f"{self.context.settings.host_name}:{port}" if port else ""
+
+    def bind(self) -> None:
+        """Create the gRPC server and bind its port (nothing is served before :meth:`start`)."""
+        if self._server is not None:
+            return
         settings = self.context.settings
         server = grpc.aio.server(
             options=[
@@ -213,13 +214,35 @@ class RocketMQListener:
         if bound == 0:
             raise OSError(f"cannot bind the RocketMQ gRPC port {self.host}:{self.requested_port}")
         self.context.port = bound
-        await server.start()
+        if settings.tls is not None and settings.tls_port is not None:
+            tls_address = f"{host}:{settings.tls_port}"
+            try:
+                tls_bound = server.add_secure_port(tls_address, server_credentials(settings.tls))
+            except RuntimeError as exc:
+                raise OSError(f"cannot bind the RocketMQ gRPC TLS port {tls_address}: {exc}") from None
+            if tls_bound == 0:
+                raise OSError(f"cannot bind the RocketMQ gRPC TLS port {tls_address}")
+            self.context.tls_port = tls_bound
         self._server = server
+
+    async def start(self) -> None:
+        self.bind()
+        assert self._server is not None
+        if self._serving:
+            return
+        await self._server.start()
+        self._serving = True
         self.context.clients.start()
-        log.info("RocketMQ gRPC endpoint listening on %s", self.address)
+        log.info(
+            "RocketMQ gRPC endpoint listening on %s:%d%s",
+            self.host,
+            self.port,
+            f" (TLS on port {self.context.tls_port})" if self.context.tls_port else "",
+        )
 
     async def stop(self) -> None:
         server, self._server = self._server, None
         if server is not None:
             await server.stop(1.0)
+        self._serving = False
         await self.context.clients.stop()
