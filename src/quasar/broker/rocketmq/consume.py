@@ -4,10 +4,11 @@ ForwardMessageToDeadLetterQueue (issue 18 part 2; reference rocketmq-grpc.md §6
 :class:`ConsumeActivity` is the handler group; the pop engine is ``broker.pop_consumer`` (one queue per group
 and partition, ``consume_groups``), receipt handles are ``receipt_handle``, tag filters ``consume_filter``.
 
-**ReceiveMessage** (server stream) pops from every queue of the topic at once (the proxy ignores the request's
-queue id and pops the broker's queues with id -1; push consumers send -1):
+**ReceiveMessage** (server stream) pops from every queue of the topic this broker serves at once (the proxy
+ignores the request's queue id and pops the broker's queues with id -1; push consumers send -1):
 
-- checks: consumer group (ILLEGAL_CONSUMER_GROUP), topic (ILLEGAL_TOPIC / TOPIC_NOT_FOUND), filter
+- checks: consumer group (ILLEGAL_CONSUMER_GROUP), topic (ILLEGAL_TOPIC / TOPIC_NOT_FOUND), the caller's
+  consume permission on the topic and group (FORBIDDEN, as a Pulsar SUBSCRIBE; every RPC here), filter
   (ILLEGAL_FILTER_EXPRESSION for SQL92), ``batch_size`` >= 1 (BAD_REQUEST; capped at 32, the proxy's pop
   maximum), invisible time: with ``auto_renew`` 60 s renewed by the broker while the client is connected,
   else the request's ``invisible_duration`` in [10 s, 12 h] (ILLEGAL_INVISIBLE_TIME);
@@ -42,6 +43,7 @@ from collections.abc import AsyncIterator
 from contextlib import contextmanager
 from typing import Any
 
+from quasar.broker.auth import PermissionDeniedError
 from quasar.broker.errors import BrokerError, ConsumerBusyError
 from quasar.broker.pop_consumer import PopItem, PopQueue, PopWaiter
 from quasar.broker.rocketmq.consume_filter import TagFilter, parse_filter
@@ -134,6 +136,7 @@ class ConsumeActivity:
         check_consumer_group(group)
         topic = self.context.topic_name(request.message_queue.topic, metadata)
         queues = self.context.queue_count(topic)
+        self._check_consume(context, topic, group)
         tags = parse_filter(request.filter_expression if request.HasField("filter_expression") else None)
         if request.batch_size < 1:
             raise RocketMQError(Code.BAD_REQUEST, f"batch_size must be at least 1, not {request.batch_size}")
@@ -144,7 +147,7 @@ class ConsumeActivity:
         try:
             pop_queues = [
                 await self.groups.queue(group, self.context.queue_topic(topic, i, queues), policy)
-                for i in range(queues)
+                for i in self.context.local_queues(topic, queues)
             ]
         except (BrokerError, ManagedLedgerError) as exc:
             raise RocketMQError(code_of(exc), str(exc)) from None
@@ -335,8 +338,19 @@ class ConsumeActivity:
 
     def _target(self, request: Any, context: Any) -> tuple[str, TopicName]:
         metadata = call_metadata(context)
-        check_consumer_group(request.group.name)
-        return request.group.name, self.context.topic_name(request.topic, metadata)
+        group = request.group.name
+        check_consumer_group(group)
+        topic = self.context.topic_name(request.topic, metadata)
+        self._check_consume(context, topic, group)
+        return group, topic
+
+    def _check_consume(self, context: Any, topic: TopicName, group: str) -> None:
+        """FORBIDDEN unless the caller's role may consume ``topic`` with subscription ``group`` (as a Pulsar
+        SUBSCRIBE is checked; nothing is checked with authentication off)."""
+        try:
+            self.context.service.security.check_consume(self.context.role(context), topic, group)
+        except PermissionDeniedError as exc:
+            raise RocketMQError(Code.FORBIDDEN, str(exc)) from None
 
     async def AckMessage(self, request: Any, context: Any) -> Any:
         group, topic = self._target(request, context)
