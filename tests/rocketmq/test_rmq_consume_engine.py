@@ -257,3 +257,16 @@ async def test_an_exclusive_pulsar_consumer_keeps_the_group_away(topic):
     with pytest.raises(ConsumerBusyError):
         await pop(queue, 1)
     assert queue.idle and len(queue.subscription.consumers) == 1
+
+
+async def test_a_queue_whose_subscription_was_dropped_closes_itself(topic):
+    await publish(topic, entry(0))
+    sub = await topic.get_or_create_subscription("g", durable=True, initial_position=InitialPosition.Earliest)
+    current = [True]
+    queue = PopQueue(sub, group="g", dead_letter=Letters(), key_of=key_of, is_current=lambda: current[0])
+    (item,) = await PopWaiter(1, 50).wait([queue], 0.05)
+    current[0] = False  # the topic was unloaded: the timer must not redeliver into the dropped subscription
+    redelivered = sub.redelivery_counts.copy()
+    await asyncio.sleep(0.2)
+    assert queue.closed and queue.lookup(item.queue_offset, item.retrieve_ms) is None
+    assert sub.redelivery_counts == redelivered

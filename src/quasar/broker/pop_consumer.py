@@ -191,6 +191,8 @@ class PopQueue:
     then tried again every ``retry_after_ms`` while the entry stays invisible). ``key_of(data)`` gives an
     entry's FIFO message group. ``is_alive(owner)`` tells whether the client that received an auto-renewed
     entry is still connected (without it, auto-renewed entries are renewed until ``MAX_RENEW_MS``).
+    ``is_current()`` tells whether the subscription is still its topic's (False after an unload or a delete:
+    the queue then closes itself when its timer fires instead of touching the dropped subscription).
     """
 
     def __init__(
@@ -204,6 +206,7 @@ class PopQueue:
         fifo: bool = False,
         retry_after_ms: int = 10_000,
         is_alive: Callable[[str], bool] | None = None,
+        is_current: Callable[[], bool] | None = None,
     ) -> None:
         self.subscription = subscription
         self.group = group
@@ -214,6 +217,7 @@ class PopQueue:
         self._key_of = key_of
         self._retry_after_ms = retry_after_ms
         self._is_alive = is_alive
+        self._is_current = is_current
         self._consumer: Consumer | None = None
         self._waiters: list[PopWaiter] = []
         self._ready: deque[PopItem] = deque()
@@ -476,6 +480,9 @@ class PopQueue:
 
     def _on_timer(self) -> None:
         self._timer = None
+        if self._is_current is not None and not self._is_current():
+            self.close()
+            return
         now = _now_ms()
         expired: list[PopItem] = []
         while self._expiry and self._expiry[0][0] <= now:
@@ -579,8 +586,12 @@ class PopQueue:
         self._parked = 0
         self._expiry.clear()
         consumer, self._consumer = self._consumer, None
-        if consumer is not None and consumer in self.subscription.consumers:
-            self.subscription.remove_consumer(consumer)
+        current = self._is_current is None or self._is_current()
+        if consumer is not None and current and consumer in self.subscription.consumers:
+            try:  # the entries it held become redeliverable to the subscription's other consumers
+                self.subscription.remove_consumer(consumer)
+            except QuasarError as exc:  # the cursor closed under it (broker stopping)
+                log.debug("pop queue of %s closed with its cursor: %s", self.group, exc)
 
 
 def _now_ms() -> int:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from quasar.broker.compaction.messages import read_entry
@@ -141,6 +142,7 @@ class ConsumeGroups:
                 dead_letter=self._dead_letter_writer(group, topic),
                 key_of=ordering_key,
                 is_alive=self.is_alive,
+                is_current=self._current_check(group, topic, loaded, subscription),
             )
             self._queues[key] = queue
         queue.fifo = policy.fifo
@@ -161,6 +163,17 @@ class ConsumeGroups:
             del self._queues[(group, topic.full_name)]
             return None
         return queue
+
+    def _current_check(
+        self, group: str, topic: TopicName, loaded: PersistentTopic, subscription: Any
+    ) -> Callable[[], bool]:
+        def current() -> bool:
+            return (
+                self.service.topics.get(topic.full_name) is loaded
+                and loaded.subscriptions.get(group) is subscription
+            )
+
+        return current
 
     def _prune(self) -> None:
         for key, queue in list(self._queues.items()):
