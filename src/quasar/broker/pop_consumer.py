@@ -30,6 +30,8 @@ cursor like any Pulsar individual ack.
   dead-lettered; an expired one is handed out again first, with attempt + 1 (its redelivery count grows the
   same way). At most ``MAX_PARKED`` entries wait per queue; beyond that the dispatcher stops handing over.
 
+The entries and the waiting receive are ``pop_receive`` (``PopItem``, ``PopWaiter``; re-exported here).
+
 Owned asyncio objects: one expiry timer per queue and the dead-letter tasks; :meth:`PopQueue.close` cancels
 both (the owner calls it when the queue's topic is unloaded or the broker stops).
 """
@@ -45,12 +47,20 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from quasar.broker.consumer import Consumer
+from quasar.broker.pop_receive import PopItem, PopWaiter
 from quasar.broker.subscription import Subscription
 from quasar.errors import QuasarError
 from quasar.ledger.position import Position
 from quasar.protocol.enums import SubType
 
-__all__ = ["MAX_PARKED", "MAX_RENEW_MS", "RENEW_AHEAD_MS", "PopItem", "PopQueue", "PopWaiter"]
+__all__ = [
+    "MAX_PARKED",
+    "MAX_RENEW_MS",
+    "RENEW_AHEAD_MS",
+    "PopItem",
+    "PopQueue",
+    "PopWaiter",
+]  # items: pop_receive
 
 log = logging.getLogger(__name__)
 
@@ -63,89 +73,6 @@ MAX_PARKED = 1000
 """Entries of blocked FIFO message groups one queue holds at most before it stops taking more."""
 
 _POP_CONSUMER_ID = -1  # not on any connection: never reused by a Pulsar consumer id
-
-
-@dataclass(slots=True, eq=False)
-class PopItem:
-    """One entry popped from a queue.
-
-    ``attempt``: delivery attempt (1 on the first delivery; RocketMQ ``delivery_attempt``);
-    ``retrieve_ms`` / ``invisible_ms``: when it was handed out (wall clock, ms) and for how long it stays
-    invisible (ms); ``key``: its FIFO message group (ordering key), or None.
-    """
-
-    queue: PopQueue
-    position: Position
-    queue_offset: int
-    data: memoryview
-    attempt: int
-    key: str | None = None
-    retrieve_ms: int = 0
-    invisible_ms: int = 0
-    dead_lettering: bool = False
-    owner: str = ""
-    renew_step_ms: int = 0
-    renew_until_ms: int = 0
-    index_retrieve: dict[int, int] = field(default_factory=dict)
-    index_expires: dict[int, int] = field(default_factory=dict)
-    version: int = 0
-
-    @property
-    def expires_ms(self) -> int:
-        """Wall-clock ms at which it becomes visible again (messages of a batch: see ``PopQueue``)."""
-        return self.retrieve_ms + self.invisible_ms
-
-    def message_expires_ms(self, index: int | None) -> int:
-        """When message ``index`` of the entry (None: the whole entry) is due again."""
-        base = self.retrieve_ms + self.invisible_ms
-        return base if index is None else self.index_expires.get(index, base)
-
-
-class PopWaiter:
-    """A receive waiting for up to ``room`` entries, each made invisible for ``invisible_ms``. With
-    ``auto_renew`` the broker renews their invisible time while client ``owner`` is connected (the proxy's
-    auto-renew for push consumers, up to ``MAX_RENEW_MS``)."""
-
-    def __init__(self, room: int, invisible_ms: int, *, owner: str = "", auto_renew: bool = False) -> None:
-        if room < 1:
-            raise ValueError(f"a receive needs room for at least one message, not {room}")
-        self.room = room
-        self.invisible_ms = invisible_ms
-        self.owner = owner
-        self.auto_renew = auto_renew
-        self.items: list[PopItem] = []
-        self.queues: list[PopQueue] = []
-        self._arrived = asyncio.get_running_loop().create_future()
-
-    def take(self, item: PopItem) -> None:
-        """A queue hands ``item`` (already in flight) to this receive."""
-        self.items.append(item)
-        self.room -= 1
-        if not self._arrived.done():
-            self._arrived.set_result(None)
-
-    async def wait(self, queues: list[PopQueue], timeout_s: float) -> list[PopItem]:
-        """Wait on ``queues`` up to ``timeout_s`` seconds for a first entry, then take what the same
-        dispatch rounds hand over; returns the entries (possibly none). Cancellable: entries taken before a
-        cancellation stay in flight and become visible again after their invisible time."""
-        try:
-            for queue in queues:
-                queue.add_waiter(self)
-                if self.room <= 0:
-                    break
-            if not self.items and timeout_s > 0:
-                try:
-                    async with asyncio.timeout(timeout_s):
-                        await asyncio.shield(self._arrived)
-                except TimeoutError:
-                    pass
-            if self.items and self.room > 0:
-                await asyncio.sleep(0)  # the other partitions' rounds of this loop iteration
-        finally:
-            for queue in self.queues:
-                queue.remove_waiter(self)
-            self.queues.clear()
-        return self.items
 
 
 @dataclass(slots=True, eq=False)
