@@ -382,8 +382,8 @@ class PopQueue:
 
     def _renew(self, item: PopItem, now: int) -> bool:
         """Extend an auto-renewed entry whose client is still there; False when it is not renewable."""
-        if not item.renew_until_ms or item.renew_until_ms <= now or now >= item.expires_ms:
-            return False
+        if not item.renew_until_ms or item.renew_until_ms <= now:
+            return False  # (a timer late past the expiry still renews: the entry was not handed out again)
         is_alive = self._is_alive
         if is_alive is not None and not is_alive(item.owner):
             return False
