@@ -1,8 +1,9 @@
 """Shared fixtures of the RocketMQ endpoint tests (issue 18: rmqcore, rmqconsume, rmqpull).
 
-``rmq_home`` (session, autouse): HOME points at a temporary directory before the official client is imported,
-so its log (``~/logs/rocketmq_python``) lands there, and the client's local-IP probe is pinned to loopback
-(``Misc._Misc__LOCAL_IP``: it would otherwise ``connect`` a UDP socket to a public address).
+``rmq_home`` (session, autouse): the official client is first imported with HOME pointing at a temporary
+directory, so its log (``~/logs/rocketmq_python``, fixed at import) lands there (HOME is restored at once),
+and the client's local-IP probe is pinned to loopback (``Misc._Misc__LOCAL_IP``: it would otherwise
+``connect`` a UDP socket to a public address).
 ``rmq_broker`` (module): one ``quasar standalone`` with the RocketMQ endpoint on a free port, shared by the
 tests of a module (stopped by PID at teardown), with strict delayed delivery (never early, as RocketMQ's
 timer); ``rmq_endpoint``: its ``host:port``.
@@ -30,18 +31,20 @@ _BROKERS = pytest.StashKey[list[BrokerProcess]]()
 
 
 @pytest.fixture(scope="session", autouse=True)
-def rmq_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def rmq_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     home = tmp_path_factory.mktemp("rmq-home")
     previous = os.environ.get("HOME")
     os.environ["HOME"] = str(home)
-    from rocketmq.v5.util.misc import Misc
-
+    try:  # the client fixes its log directory (~/logs/rocketmq_python) when first imported
+        import rocketmq  # noqa: F401
+        from rocketmq.v5.util.misc import Misc
+    finally:  # the rest of the session keeps its HOME
+        if previous is None:
+            os.environ.pop("HOME", None)
+        else:
+            os.environ["HOME"] = previous
     Misc._Misc__LOCAL_IP = "127.0.0.1"  # type: ignore[attr-defined]
-    yield home
-    if previous is None:
-        os.environ.pop("HOME", None)
-    else:
-        os.environ["HOME"] = previous
+    return home
 
 
 @pytest.fixture(scope="module")

@@ -304,3 +304,14 @@ def test_closing_the_telemetry_stream_drops_the_clients_producers(
             break
         time.sleep(0.05)
     assert admin(rmq_broker, "GET", path)[1]["publishers"] == []
+
+
+def test_a_request_of_several_messages_answers_per_entry(stub: Any) -> None:
+    d, _ = _pb()
+    request = _send_request("multi", message_id="0102FC0000000142960B18A1FE000000A1")
+    bad = _send_request("multi", message_id="0102FC0000000142960B18A1FE000000A2", tag="a|b").messages[0]
+    request.messages.append(bad)
+    answer = stub.SendMessage(request, metadata=metadata())
+    assert answer.status.code == d.Code.MULTIPLE_RESULTS
+    assert [e.status.code for e in answer.entries] == [d.Code.OK, d.Code.ILLEGAL_MESSAGE_TAG]
+    assert answer.entries[0].message_id == "0102FC0000000142960B18A1FE000000A1"
