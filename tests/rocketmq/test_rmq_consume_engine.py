@@ -273,3 +273,16 @@ async def test_a_queue_whose_subscription_was_dropped_closes_itself(topic):
         await asyncio.sleep(0.05)
     assert queue.closed and queue.lookup(item.queue_offset, item.retrieve_ms) is None
     assert sub.redelivery_counts == redelivered
+
+
+async def test_a_receive_cancelled_while_waiting_leaves_nothing_in_flight(topic):
+    queue, _ = await queue_on(topic)
+    waiting = asyncio.create_task(pop(queue, 4, wait_s=5))
+    await asyncio.sleep(0.05)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert queue.idle  # the waiter left: no permits, nothing held, the virtual consumer detached
+    await publish(topic, entry(0))
+    (item,) = await pop(queue, 1)
+    assert item.attempt == 1
