@@ -286,3 +286,13 @@ async def test_a_receive_cancelled_while_waiting_leaves_nothing_in_flight(topic)
     await publish(topic, entry(0))
     (item,) = await pop(queue, 1)
     assert item.attempt == 1
+
+
+async def test_repeated_invisible_time_changes_keep_the_expiry_heap_bounded(topic):
+    await publish(topic, entry(0))
+    queue, _ = await queue_on(topic)
+    (item,) = await pop(queue, 1)
+    for _ in range(5000):
+        retrieve = queue.change_invisible(item, 60_000)
+    assert len(queue._expiry) <= 4 + 1024 + 1
+    assert queue.lookup(item.queue_offset, retrieve) is item

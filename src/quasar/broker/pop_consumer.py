@@ -378,6 +378,11 @@ class PopQueue:
         if item.renew_until_ms:  # renewed ahead by at most half a step: the next due time is always later
             due -= min(RENEW_AHEAD_MS, item.renew_step_ms // 2)
         heapq.heappush(self._expiry, (due, item.queue_offset, item.version))
+        if len(self._expiry) > 4 * len(self._inflight) + 1024:  # superseded entries pile up: drop them
+            self._expiry = [
+                e for e in self._expiry if (i := self._inflight.get(e[1])) is not None and i.version == e[2]
+            ]
+            heapq.heapify(self._expiry)
         self._arm()
 
     def _renew(self, item: PopItem, now: int) -> bool:
