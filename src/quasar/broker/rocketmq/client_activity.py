@@ -95,6 +95,7 @@ class ClientActivity:
                 record.settings = reply
                 if command.settings.HasField("subscription"):
                     record.group = command.settings.subscription.group.name
+                    await self._register_group(command.settings.subscription, metadata, context)
                 await session.send(service.TelemetryCommand(status=ok_status(), settings=reply))
         finally:
             session.closed = True
@@ -134,7 +135,7 @@ class ClientActivity:
             )
             policy = reply.backoff_policy
             policy.Clear()
-            policy.max_attempts = ours.consumer_max_attempts
+            policy.max_attempts = self._max_attempts(settings.subscription, metadata)
             for seconds in CONSUMER_BACKOFF_S:
                 policy.customized_backoff.next.add().FromSeconds(seconds)
         else:
@@ -150,4 +151,34 @@ class ClientActivity:
             topic = self.context.topic_name(resource, metadata)
         except RocketMQError:
             return False
-        return self.context.is_fifo_group(topic, group)
+        return self.context.consumer_groups.is_fifo_group(topic, group)
+
+    def _max_attempts(self, subscription: Any, metadata: CallMetadata) -> int:
+        """The group's deliveries before its dead-letter topic (its policy's ``retryMaxTimes`` + 1, read in
+        the namespace of its first valid topic; RocketMQ's 17 without one)."""
+        groups = self.context.consumer_groups
+        for entry in subscription.subscriptions:
+            try:
+                topic = self.context.topic_name(entry.topic, metadata)
+            except RocketMQError:
+                continue
+            return groups.max_delivery_attempts(topic, subscription.group.name)
+        return self.context.settings.consumer_max_attempts
+
+    async def _register_group(self, subscription: Any, metadata: CallMetadata, context: Any) -> None:
+        """Create the group's subscriptions on every declared topic now (``ConsumerGroups.register``), so a
+        message sent after the consumer started is not skipped by a first receive that comes later. A topic
+        that cannot be registered is logged, not fatal: its receives answer the reason."""
+        role = self.context.role(context)
+        for entry in subscription.subscriptions:
+            try:
+                topic = self.context.topic_name(entry.topic, metadata)
+                await self.context.consumer_groups.register(subscription.group.name, topic, role)
+            except RocketMQError as exc:
+                log.info(
+                    "consumer group %s of client %s not registered on %s: %s",
+                    subscription.group.name,
+                    metadata.client_id,
+                    entry.topic.name,
+                    exc.message,
+                )

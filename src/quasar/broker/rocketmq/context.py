@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from quasar.broker.errors import BrokerError
 from quasar.broker.rocketmq.auth import RocketMQAuthenticator
@@ -51,6 +50,10 @@ TENANT = "public"
 DEFAULT_NAMESPACE = "default"
 
 
+DEFAULT_CONSUMER_MAX_ATTEMPTS = 17
+"""RocketMQ's deliveries of a message to a consumer group: ``retryMaxTimes`` 16 + the first one."""
+
+
 @dataclass(frozen=True, slots=True)
 class RocketMQSettings:
     """The listener's settings (BrokerConfig ``rocketmq_*``; defaults are the RocketMQ proxy's).
@@ -76,7 +79,7 @@ class RocketMQSettings:
     long_polling_timeout_s: int = 20
     receive_batch_size: int = 32
     producer_max_attempts: int = 3
-    consumer_max_attempts: int = 17
+    consumer_max_attempts: int = DEFAULT_CONSUMER_MAX_ATTEMPTS
     client_idle_timeout_s: float = 120.0
 
 
@@ -147,6 +150,43 @@ def endpoints_of(address: str) -> Any:
     return _endpoints(host.strip("[]"), int(port))
 
 
+class ConsumerGroups(Protocol):
+    """What the route and client-session handlers need to know about RocketMQ consumer groups (the port the
+    consumption handlers fill in, ``consume.ConsumeActivity``). A group is the durable subscription of the same
+    name on every partition; its policy is per namespace (``group_policy.py``)."""
+
+    def is_fifo_group(self, topic: TopicName, group: str) -> bool:
+        """Whether ``group`` consumes ``topic`` orderly (RocketMQ ``consumeMessageOrderly``): pushed as
+        ``subscription.fifo``; QueryAssignment then answers one assignment per queue."""
+        ...
+
+    def max_delivery_attempts(self, topic: TopicName, group: str) -> int:
+        """Deliveries of a message before it goes to ``%DLQ%<group>`` (RocketMQ ``retryMaxTimes`` + 1),
+        pushed as the consumer's ``backoff_policy.max_attempts``."""
+        ...
+
+    async def register(self, group: str, topic: TopicName, role: str | None) -> None:
+        """A consumer of ``group`` declared ``topic`` (its Telemetry settings): create the group's
+        subscriptions at the end of every queue this broker serves, as RocketMQ registers a group when its
+        consumer starts (so messages sent after the consumer started are not skipped by a first receive that
+        comes later). Raises RocketMQError (FORBIDDEN without consume permission for ``role``, TOPIC_NOT_FOUND)."""
+        ...
+
+
+class NoConsumerGroups:
+    """:class:`ConsumerGroups` of a listener without consumption handlers: no FIFO group, RocketMQ's default of
+    17 attempts, nothing registered."""
+
+    def is_fifo_group(self, topic: TopicName, group: str) -> bool:
+        return False
+
+    def max_delivery_attempts(self, topic: TopicName, group: str) -> int:
+        return DEFAULT_CONSUMER_MAX_ATTEMPTS
+
+    async def register(self, group: str, topic: TopicName, role: str | None) -> None:
+        return None
+
+
 @dataclass(slots=True)
 class RocketMQContext:
     """Shared by every handler group of one listener: ``service`` (the BrokerService), ``settings``,
@@ -158,10 +198,8 @@ class RocketMQContext:
     port: int = 0
     tls_port: int = 0
     """The bound TLS port (0 while there is no TLS listener)."""
-    is_fifo_group: Callable[[TopicName, str], bool] = lambda topic, group: False
-    """Whether consumer ``group`` consumes ``topic`` orderly (RocketMQ ``consumeMessageOrderly``): pushed as
-    ``subscription.fifo`` and makes QueryAssignment answer one queue per assignment. rmqconsume sets it from
-    its FIFO group policy; False for every group until then."""
+    consumer_groups: ConsumerGroups = field(default_factory=NoConsumerGroups)
+    """The consumer groups' policies and registration (``consume.ConsumeActivity`` installs its own)."""
     _round_robin: dict[str, int] = field(default_factory=dict)
     authenticator: RocketMQAuthenticator = field(init=False)
 

@@ -19,6 +19,7 @@ from quasar.broker.tag_hash import PROPERTY_TAGS, java_string_hash
 __all__ = [
     "FILTER_TYPE_SQL",
     "FILTER_TYPE_TAG",
+    "MATCH_ALL",
     "PROPERTY_TAGS",
     "IllegalFilterExpressionError",
     "TagFilter",

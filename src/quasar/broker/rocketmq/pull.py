@@ -32,8 +32,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from quasar.broker.errors import NotAllowedError
+from quasar.broker.rocketmq.consume_filter import parse_filter
 from quasar.broker.rocketmq.context import RocketMQContext, call_metadata
-from quasar.broker.rocketmq.filter_expression import IllegalFilterExpressionError, parse_filter_expression
 from quasar.broker.rocketmq.mapping import messages_of_entry
 from quasar.broker.rocketmq.pull_engine import IllegalOffsetError, OffsetNotFoundError, PullEngine
 from quasar.broker.rocketmq.pull_hold import PullHoldService, TooManyHoldsError
@@ -120,12 +120,7 @@ class PullActivity:
         """status, messages, next_offset (module docstring)."""
         metadata = call_metadata(context)
         self._group(request.group)
-        try:
-            tag_filter = parse_filter_expression(
-                request.filter_expression.expression, request.filter_expression.type
-            )
-        except IllegalFilterExpressionError as exc:
-            raise RocketMQError(Code.ILLEGAL_FILTER_EXPRESSION, str(exc)) from None
+        tag_filter = parse_filter(request.filter_expression)
         if request.offset < 0:
             raise RocketMQError(Code.ILLEGAL_OFFSET, f"offset must be >= 0, got {request.offset}")
         if request.batch_size < 1:

@@ -6,7 +6,7 @@ RocketMQ endpoint}`` (``RocketMQContext.queue_brokers``: standalone, this broker
 NORMAL, FIFO and DELAY messages (TRANSACTION is not served yet; the py client refuses such a send locally
 when it validates the message type, as it does by default). QueryAssignment answers as the proxy: one
 assignment with queue id -1 ("any queue of this broker") per broker group for a normal group, one per queue
-for a FIFO group (``RocketMQContext.is_fifo_group``); FORBIDDEN "no readable queue" when no queue can be
+for a FIFO group (``RocketMQContext.consumer_groups``); FORBIDDEN "no readable queue" when no queue can be
 reached.
 """
 
@@ -75,7 +75,7 @@ class RouteActivity:
         brokers = await self.context.queue_brokers(topic, queues, request.endpoints, tls=is_tls_call(context))
         if not brokers:
             raise RocketMQError(Code.FORBIDDEN, f"no readable queue of topic {request.topic.name}")
-        if self.context.is_fifo_group(topic, request.group.name):
+        if self.context.consumer_groups.is_fifo_group(topic, request.group.name):
             chosen = brokers
         else:  # one "any queue" assignment per broker group
             chosen = list({broker.name: (-1, broker) for _, broker in brokers}.values())

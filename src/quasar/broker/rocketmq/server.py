@@ -20,6 +20,7 @@ at any time).
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,7 @@ import grpc
 
 from quasar.broker.rocketmq.client_activity import ClientActivity
 from quasar.broker.rocketmq.clients import ClientRegistry
+from quasar.broker.rocketmq.consume import ConsumeActivity
 from quasar.broker.rocketmq.context import RocketMQContext, RocketMQSettings, call_metadata
 from quasar.broker.rocketmq.pull import PullActivity
 from quasar.broker.rocketmq.route import RouteActivity
@@ -47,7 +49,8 @@ HANDLER_GROUPS: tuple[Callable[[RocketMQContext], object], ...] = (
     RouteActivity,
     ClientActivity,
     SendActivity,
-    PullActivity,  # rmqpull: QueryOffset, PullMessage, GetOffset, UpdateOffset
+    ConsumeActivity,  # ReceiveMessage, AckMessage, ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue
+    PullActivity,  # QueryOffset, PullMessage, GetOffset, UpdateOffset
     # rmqconsume and rmqpull: one line each for their handler group
 )
 """The handler groups of the servicer, in lookup order (the first with a method of an RPC's name serves it)."""
@@ -68,6 +71,20 @@ class Servicer:
     ) -> None:
         self.context = context
         self.groups = [group(context) for group in groups]
+
+    async def close(self) -> None:
+        """Close every handler group that owns tasks or timers (its ``close()``, plain or async); called when
+        the listener stops."""
+        for group in self.groups:
+            close = getattr(group, "close", None)
+            if close is None:
+                continue
+            try:
+                result = close()
+                if inspect.isawaitable(result):
+                    await result
+            except Exception:
+                log.exception("closing the RocketMQ handler group %s failed", type(group).__name__)
 
     def _handler(self, name: str) -> Any:
         for group in self.groups:
@@ -174,6 +191,7 @@ class RocketMQListener:
         )
         self._server: grpc.aio.Server | None = None
         self._serving = False
+        self._servicer: Servicer | None = None
 
     @property
     def port(self) -> int:
@@ -203,7 +221,8 @@ class RocketMQListener:
             ],
             maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS,
         )
-        server.add_generic_rpc_handlers((Servicer(self.context, HANDLER_GROUPS).generic_handler(),))
+        self._servicer = Servicer(self.context, HANDLER_GROUPS)
+        server.add_generic_rpc_handlers((self._servicer.generic_handler(),))
         host = f"[{self.host}]" if ":" in self.host else self.host
         try:
             bound = server.add_insecure_port(f"{host}:{self.requested_port}")
@@ -245,4 +264,7 @@ class RocketMQListener:
         if server is not None:
             await server.stop(1.0)
         self._serving = False
+        servicer, self._servicer = self._servicer, None
+        if servicer is not None:
+            await servicer.close()
         await self.context.clients.stop()
