@@ -64,6 +64,9 @@ class RocketMQSettings:
       the Telemetry settings reply (§4: 3 attempts for producers, 17 = 16 retries + 1 for consumers).
     - ``client_idle_timeout_s``: a client that sent nothing (no heartbeat, no stream) for this long is dropped
       with its producers (RocketMQ's channel expiry: 120 s).
+    - ``transaction_check_interval_s``, ``transaction_timeout_s``, ``transaction_check_max``: the transaction
+      checker's period, the age a half message must reach before it is checked, and the checks before it is
+      given up (broker.conf ``transaction_check_interval`` / ``transaction_time_out`` / ``transaction_check_max``).
     """
 
     max_body_size: int = DEFAULT_MAX_BODY_SIZE
@@ -78,6 +81,9 @@ class RocketMQSettings:
     producer_max_attempts: int = 3
     consumer_max_attempts: int = 17
     client_idle_timeout_s: float = 120.0
+    transaction_check_interval_s: float = 30.0
+    transaction_timeout_s: float = 6.0
+    transaction_check_max: int = 15
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +168,8 @@ class RocketMQContext:
     """Whether consumer ``group`` consumes ``topic`` orderly (RocketMQ ``consumeMessageOrderly``): pushed as
     ``subscription.fifo`` and makes QueryAssignment answer one queue per assignment. rmqconsume sets it from
     its FIFO group policy; False for every group until then."""
+    transactions: Any = None
+    """The ``transaction.TransactionService`` of this listener (set by ``server.RocketMQListener``)."""
     _round_robin: dict[str, int] = field(default_factory=dict)
     authenticator: RocketMQAuthenticator = field(init=False)
 
