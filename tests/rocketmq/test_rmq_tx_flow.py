@@ -118,7 +118,7 @@ def _nothing(consumer: Any, wait_ms: int) -> bool:
 
 
 def test_commit_makes_the_half_visible_and_rollback_drops_it(
-    producer_factory: Callable[..., Any], pulsar_client: Any
+    rmq_broker: BrokerProcess, producer_factory: Callable[..., Any], pulsar_client: Any
 ) -> None:
     topic = _topic()
     consumer = _subscribe(pulsar_client, topic)
@@ -136,6 +136,8 @@ def test_commit_makes_the_half_visible_and_rollback_drops_it(
     assert got.properties()["order"] == "7" and got.properties()["UNIQ_KEY"] == receipt.message_id
     consumer.acknowledge(got)
     assert _nothing(consumer, 500)  # the rolled back one never comes
+    status, stats = admin(rmq_broker, "GET", f"/admin/v2/persistent/public/default/{topic}/stats")
+    assert status == 200 and stats["publishers"] == []  # the commit's broker-side producer is detached
     from rocketmq.v5.exception import ClientException
 
     with pytest.raises(ClientException, match="transaction"):  # resolved: no transaction data any more

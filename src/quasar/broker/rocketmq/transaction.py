@@ -113,16 +113,22 @@ class TransactionService:
         self._wakeup.set()
         return offset
 
-    async def end(self, transaction_id: str, commit: bool, topic_name: str = "") -> HalfMessage:
-        """Commit (publish to the real queue) or roll back the half ``transaction_id`` and record it; returns
-        the resolved half. ``topic_name``, when given, must be its RocketMQ topic. Raises RocketMQError
-        INTERNAL_SERVER_ERROR for no such unresolved half, the store's errors (the half stays unresolved)."""
+    async def find(self, transaction_id: str, topic_name: str = "") -> HalfMessage:
+        """The unresolved half ``transaction_id`` (of RocketMQ topic ``topic_name`` when given), once recovery
+        is done. Raises RocketMQError INTERNAL_SERVER_ERROR when there is none."""
         await self._recovered.wait()
         half = self.halves.get(transaction_id)
         if half is None or (topic_name and topic_name != half.producer_group):
             raise RocketMQError(
                 Code.INTERNAL_SERVER_ERROR, f"cannot find transaction data of transaction {transaction_id}"
             )
+        return half
+
+    async def end(self, transaction_id: str, commit: bool, topic_name: str = "") -> HalfMessage:
+        """Commit (publish to the real queue) or roll back the half ``transaction_id`` and record it; returns
+        the resolved half. ``topic_name``, when given, must be its RocketMQ topic. Raises RocketMQError
+        INTERNAL_SERVER_ERROR for no such unresolved half, the store's errors (the half stays unresolved)."""
+        half = await self.find(transaction_id, topic_name)
         if half.resolving:
             raise RocketMQError(Code.INTERNAL_SERVER_ERROR, f"transaction {transaction_id} is being resolved")
         half.resolving = True
@@ -242,22 +248,21 @@ class TransactionActivity:
         transaction_id = request.transaction_id.strip()
         if not transaction_id:
             raise RocketMQError(Code.INVALID_TRANSACTION_ID, "transaction id cannot be blank")
+        transactions: TransactionService = self.context.transactions
+        half = await transactions.find(transaction_id, request.topic.name)
+        try:
+            self.context.service.security.check_produce(self.context.role(context), half.real_topic)
+        except PermissionDeniedError as exc:
+            raise RocketMQError(Code.FORBIDDEN, str(exc)) from None
         resolution = request.resolution
         if resolution not in (
             definition.TransactionResolution.COMMIT,
             definition.TransactionResolution.ROLLBACK,
         ):
-            log.info(
+            log.debug(
                 "RocketMQ transaction %s: resolution %d leaves it unresolved", transaction_id, resolution
             )
             return service.EndTransactionResponse()
-        transactions: TransactionService = self.context.transactions
-        half = transactions.halves.get(transaction_id)
-        if half is not None:
-            try:
-                self.context.service.security.check_produce(self.context.role(context), half.real_topic)
-            except PermissionDeniedError as exc:
-                raise RocketMQError(Code.FORBIDDEN, str(exc)) from None
         commit = resolution == definition.TransactionResolution.COMMIT
         await transactions.end(transaction_id, commit, request.topic.name)
         return service.EndTransactionResponse()

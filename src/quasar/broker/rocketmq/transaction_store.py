@@ -90,17 +90,25 @@ class HalfMessage:
 
 
 class ServiceWriter:
-    """Publishes entries as the broker-side producer ``name`` (one per partition written, attached on first
-    use, closed by :meth:`close`), through the same path as a client's send (``send._ProducerLink``)."""
+    """Publishes entries as the broker-side producer ``name`` through the same path as a client's send
+    (``send._ProducerLink``): one producer per partition written, attached on first use; with ``keep`` it
+    stays (the half topics) until :meth:`close`, else it is detached once no write to that partition is in
+    flight, so a real topic does not keep a broker-side producer (which would keep it from ever being
+    inactive) after a commit."""
 
     def __init__(self, service: BrokerService, name: str) -> None:
         self._service = service
         self._name = name
         self._record = ClientRecord(client_id=name)
+        self._in_flight: dict[str, int] = {}
 
-    async def publish(self, partition: TopicName, mapped: MappedMessage) -> tuple[Position, int]:
+    async def publish(
+        self, partition: TopicName, mapped: MappedMessage, *, keep: bool = False
+    ) -> tuple[Position, int]:
         """Store ``mapped`` on ``partition``; returns its position and queue offset. Raises RocketMQError (the
         broker's errors mapped by ``status.code_of``)."""
+        key = f"producer:{partition.full_name}"
+        self._in_flight[key] = self._in_flight.get(key, 0) + 1
         try:
             link = await self._link(partition)
             position = await link.publish(mapped)
@@ -108,6 +116,14 @@ class ServiceWriter:
             raise
         except Exception as exc:  # noqa: BLE001 - topic loading, admission, the store
             raise RocketMQError(code_of(exc), f"write to {partition.full_name} failed: {exc}") from None
+        finally:
+            left = self._in_flight.pop(key) - 1
+            if left:
+                self._in_flight[key] = left
+            elif not keep:
+                resource = self._record.resources.get(key)
+                if resource is not None:
+                    resource.close()
         loaded = self._service.topics.get(partition.full_name)
         ledger = getattr(loaded, "ledger", None)
         offset = ledger.table.offset_of(position) if ledger is not None else None
@@ -217,7 +233,7 @@ class HalfStore:
             tag_hash=mapped.tag_hash,
             message_id=mapped.message_id,
         )
-        position, offset = await self._writer.publish(half_topic(namespace), half)
+        position, offset = await self._writer.publish(half_topic(namespace), half, keep=True)
         entry = HalfMessage(
             transaction_id=mapped.message_id,
             namespace=namespace,
