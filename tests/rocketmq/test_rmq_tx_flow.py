@@ -270,9 +270,9 @@ def test_a_half_survives_a_broker_kill_and_commits_once(
     with grpc.insecure_channel(rmq_broker.rocketmq_address) as channel:
         stub = MessagingServiceStub(channel)
 
-        def end(transaction_id: str) -> Any:
+        def end(transaction_id: str, topic_name: str = topic) -> Any:
             request = s.EndTransactionRequest(
-                topic=d.Resource(name=topic),
+                topic=d.Resource(name=topic_name),
                 message_id=transaction_id,
                 transaction_id=transaction_id,
                 resolution=d.TransactionResolution.COMMIT,
@@ -280,6 +280,7 @@ def test_a_half_survives_a_broker_kill_and_commits_once(
             )
             return stub.EndTransaction(request, metadata=metadata(), timeout=10)
 
+        assert end(receipt.transaction_id, "elsewhere").status.code == d.Code.INTERNAL_SERVER_ERROR
         assert end(receipt.transaction_id).status.code == d.Code.OK
         assert end(receipt.transaction_id).status.code == d.Code.INTERNAL_SERVER_ERROR  # once only
         assert end(resolved.transaction_id).status.code == d.Code.INTERNAL_SERVER_ERROR  # rolled back before
