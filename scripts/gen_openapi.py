@@ -452,6 +452,13 @@ def _schema_policy_ops() -> list[Op]:
 
 OPERATIONS += _policy_ops() + _schema_policy_ops()
 OPERATIONS += [
+    ("PUT", TOPIC + "/properties", "updateTopicProperties", "topics",
+     "Merge properties into the topic's (message.type: NORMAL, FIFO, DELAY, TRANSACTION or MIXED)",
+     {"body": body({"type": "object", "additionalProperties": {"type": "string"}})}),
+    ("GET", TOPIC + "/properties", "getTopicProperties", "topics", "The topic's properties",
+     {"ok": ok({"type": "object", "additionalProperties": {"type": "string"}})}),
+    ("DELETE", TOPIC + "/properties", "removeTopicProperty", "topics", "Remove one property of the topic",
+     {"query": [query("key", {"type": "string"}, "the property to remove")]}),
     ("GET", NS + "/compactionThreshold", "getCompactionThreshold", "compaction",
      "The namespace's compaction threshold in bytes (204 when unset)",
      {"ok": {**ok({"type": "integer", "minimum": 0}), **EMPTY}}),

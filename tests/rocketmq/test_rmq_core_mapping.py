@@ -129,7 +129,10 @@ def test_delay_message_maps_to_deliver_at_time() -> None:
             {"message_group": "g", "delivery_ms": int(time.time() * 1000)},
             Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
         ),
-        ({"message_type": definition.MessageType.TRANSACTION}, Code.NOT_IMPLEMENTED),
+        (  # rmqtx: a transactional message is neither FIFO nor DELAY
+            {"message_type": definition.MessageType.TRANSACTION, "message_group": "g"},
+            Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+        ),
     ],
 )
 def test_bad_messages_get_the_proxys_codes(fields: dict[str, Any], code: int) -> None:

@@ -84,6 +84,9 @@ class _Service:
     def partitions(self, topic: Any) -> int:
         return 0
 
+    def topic_policy(self, topic: Any, key: str) -> Any:
+        return None  # no topic properties: every message type is accepted (rmqtx)
+
 
 class _Context:
     def __init__(self, client_id: str | None) -> None:

@@ -56,7 +56,12 @@ def test_query_route_lists_partitions_as_queues(
     assert queue0.broker.name == "standalone" and queue0.broker.id == 0
     assert queue0.broker.endpoints.scheme == d.AddressScheme.IPv4
     assert [(a.host, a.port) for a in queue0.broker.endpoints.addresses] == [(host, int(port))]  # ours
-    assert set(queue0.accept_message_types) == {d.MessageType.NORMAL, d.MessageType.FIFO, d.MessageType.DELAY}
+    assert set(queue0.accept_message_types) == {  # no message.type: all four (rmqtx)
+        d.MessageType.NORMAL,
+        d.MessageType.FIFO,
+        d.MessageType.DELAY,
+        d.MessageType.TRANSACTION,
+    }
     single = stub.QueryRoute(s.QueryRouteRequest(topic=d.Resource(name="plain-topic")), metadata=metadata())
     assert [q.id for q in single.message_queues] == [0]  # a non-partitioned topic is one queue
     missing = stub.QueryRoute(
@@ -205,7 +210,7 @@ def test_telemetry_without_client_id_is_answered_with_a_status(stub: Any) -> Non
         ({"tag": "a||b"}, "ILLEGAL_MESSAGE_TAG"),
         ({"message_group": "g" * 70}, "ILLEGAL_MESSAGE_GROUP"),
         ({"message_id": ""}, "ILLEGAL_MESSAGE_ID"),
-        ({"message_type": 4}, "NOT_IMPLEMENTED"),  # TRANSACTION: not served yet
+        ({"message_type": 4, "message_group": "g"}, "MESSAGE_PROPERTY_CONFLICT_WITH_TYPE"),  # TRANSACTION
     ],
 )
 def test_bad_sends_get_their_codes(stub: Any, request_fields: dict[str, Any], code: str) -> None:
@@ -259,7 +264,7 @@ def test_rpcs_of_other_groups_answer_not_implemented(stub: Any) -> None:
     # ReceiveMessage is rmqconsume's now: a request without a batch size answers one BAD_REQUEST status
     assert [r.status.code for r in receive] == [d.Code.BAD_REQUEST] and receive[0].status.message
     end = stub.EndTransaction(s.EndTransactionRequest(topic=d.Resource(name="T")), metadata=metadata())
-    assert end.status.code == d.Code.NOT_IMPLEMENTED
+    assert end.status.code == d.Code.INVALID_TRANSACTION_ID  # rmqtx serves it: a blank id
 
 
 def test_the_broker_survives_a_burst_of_garbage(stub: Any, rmq_endpoint: str) -> None:

@@ -429,6 +429,9 @@ class BrokerApp:
             host_name=self.advertised_address,
             tls=config.tls_settings() if config.rocketmq_port_tls is not None else None,
             tls_port=config.rocketmq_port_tls,
+            transaction_check_interval_s=config.transaction_check_interval / 1000,
+            transaction_timeout_s=config.transaction_time_out / 1000,
+            transaction_check_max=config.transaction_check_max,
         )
         self.rocketmq = RocketMQListener(service, settings, config.host, config.rocketmq_port)
         self.rocketmq.bind()

@@ -362,6 +362,14 @@ class BrokerConfig:
     rocketmq_max_message_size: int = 4 * 1024 * 1024
     """RocketMQ ``maxMessageSize``: bytes of a message body sent by a RocketMQ client (MESSAGE_BODY_TOO_LARGE
     past it), pushed to producers as ``publishing.max_body_size``; at most ``max_message_size``."""
+    transaction_check_interval: int = 30_000
+    """RocketMQ ``transactionCheckInterval`` (ms): how often unresolved transactional half messages are looked
+    at and their producers asked (``rocketmq/transaction*.py``, docs/rmqtx.md)."""
+    transaction_time_out: int = 6_000
+    """RocketMQ ``transactionTimeOut`` (ms): a half message younger than this is not checked yet."""
+    transaction_check_max: int = 15
+    """RocketMQ ``transactionCheckMax``: checks of one half message before it is given up (moved to the
+    namespace's ``TRANS_CHECK_MAX_TIME_TOPIC``)."""
     # Hardening
     max_name_length: int = 1024
     max_property_length: int = 8192
@@ -432,6 +440,10 @@ class BrokerConfig:
             if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
                 raise ValueError(f"rocketmq_port_tls must be None (off) or a port in 0..65535, got {port!r}")
             self.tls_settings()  # TlsConfigError (a ValueError): the certificate and key are required
+        for name in ("transaction_check_interval", "transaction_time_out", "transaction_check_max"):
+            value = getattr(self, name)
+            if type(value) is not int or not 0 < value <= 2**31 - 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
         if not 0 < self.rocketmq_max_message_size <= self.max_message_size:
             raise ValueError(
                 f"rocketmq_max_message_size must be in 1..max_message_size ({self.max_message_size}),"

@@ -26,6 +26,7 @@ from quasar.broker.admin import (
     schema_routes,
     subscription_routes,
     tenant_routes,
+    topic_properties_routes,
     topic_routes,
 )
 from quasar.broker.admin import query as query_routes
@@ -456,6 +457,7 @@ def build_admin_app(
     broker_stats_routes.register(app)  # GET /admin/v2/broker-stats/load-report (loaded topics, idle unloads)
     subscription_routes.register(app)  # create/skip/expire/resetcursor/peek subscriptions, unload, stats
     rocketmq_group_routes.register(app)  # GET/POST/DELETE namespaces/{t}/{ns}/subscriptionGroups[/{group}]
+    topic_properties_routes.register(app)  # PUT/GET/DELETE .../{topic}/properties (message.type)
     topic = TOPIC_PATH
     app.add_routes(
         [

@@ -33,6 +33,7 @@ from quasar.security import TlsSettings
 if TYPE_CHECKING:
     from quasar.broker.broker_service import BrokerService
     from quasar.broker.rocketmq.clients import ClientRegistry
+    from quasar.broker.rocketmq.transaction import TransactionService
 
 __all__ = [
     "CallMetadata",
@@ -67,6 +68,9 @@ class RocketMQSettings:
       the Telemetry settings reply (§4: 3 attempts for producers, 17 = 16 retries + 1 for consumers).
     - ``client_idle_timeout_s``: a client that sent nothing (no heartbeat, no stream) for this long is dropped
       with its producers (RocketMQ's channel expiry: 120 s).
+    - ``transaction_check_interval_s``, ``transaction_timeout_s``, ``transaction_check_max``: the transaction
+      checker's period, the age a half message must reach before it is checked, and the checks before it is
+      given up (broker.conf ``transaction_check_interval`` / ``transaction_time_out`` / ``transaction_check_max``).
     """
 
     max_body_size: int = DEFAULT_MAX_BODY_SIZE
@@ -81,6 +85,9 @@ class RocketMQSettings:
     producer_max_attempts: int = 3
     consumer_max_attempts: int = DEFAULT_CONSUMER_MAX_ATTEMPTS
     client_idle_timeout_s: float = 120.0
+    transaction_check_interval_s: float = 30.0
+    transaction_timeout_s: float = 6.0
+    transaction_check_max: int = 15
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,11 +207,20 @@ class RocketMQContext:
     """The bound TLS port (0 while there is no TLS listener)."""
     consumer_groups: ConsumerGroups = field(default_factory=NoConsumerGroups)
     """The consumer groups' policies and registration (``consume.ConsumeActivity`` installs its own)."""
+    transactions: TransactionService | None = None
+    """The transaction service of this listener (set by ``server.RocketMQListener``)."""
     _round_robin: dict[str, int] = field(default_factory=dict)
     authenticator: RocketMQAuthenticator = field(init=False)
 
     def __post_init__(self) -> None:
         self.authenticator = RocketMQAuthenticator(self.service)
+
+    def transaction_service(self) -> TransactionService:
+        """The listener's transaction service; RocketMQError NOT_IMPLEMENTED for a context without one (a
+        handler group used outside a listener)."""
+        if self.transactions is None:
+            raise RocketMQError(Code.NOT_IMPLEMENTED, "transactional messages are not served here")
+        return self.transactions
 
     def role(self, context: Any) -> str | None:
         """The role of the call (``auth.RocketMQAuthenticator``: cached per credential); None with

@@ -37,6 +37,7 @@ user properties                       properties (minus the names above on read)
 ``store_timestamp`` / ``store_host``  the store's timestamp / this broker's RocketMQ endpoint
 ``body_digest``                       MD5 of the body, uppercase hex, computed on read
 ``message_type``                      FIFO with a message group, DELAY with a delivery time, else NORMAL
+                                      (TRANSACTION on send when the client says so: ``transaction.py``)
 ====================================  ===========================================================
 
 The send direction also gives the store record the properties ``KEYS`` and ``UNIQ_KEY`` (the IndexFile
@@ -190,8 +191,9 @@ def map_message(
     Raises RocketMQError: ILLEGAL_TOPIC, MESSAGE_BODY_EMPTY / MESSAGE_BODY_TOO_LARGE (``max_body_size``
     bytes), ILLEGAL_MESSAGE_ID (no message id), ILLEGAL_MESSAGE_TAG / _KEY / _GROUP /
     _PROPERTY_KEY, MESSAGE_PROPERTIES_TOO_LARGE, ILLEGAL_DELIVERY_TIME (more than a day ahead),
-    MESSAGE_PROPERTY_CONFLICT_WITH_TYPE (a message group together with a delivery time), NOT_IMPLEMENTED for a
-    transactional message (not supported yet)."""
+    MESSAGE_PROPERTY_CONFLICT_WITH_TYPE (a message group together with a delivery time, or either on a
+    transactional message). A transactional message (``message_type`` TRANSACTION) maps like a normal one;
+    ``transaction.py`` stores it as a half message."""
     body, tag, keys, user_properties, group, delivery_ms = _validated(message, max_body_size, now_ms)
     system = message.system_properties
     message_id = system.message_id
@@ -213,7 +215,9 @@ def map_message(
     born = _epoch_ms(system.born_timestamp) if system.HasField("born_timestamp") else 0
     if born > 0:
         metadata.event_time = born
-    if group:
+    if system.message_type == definition.MessageType.TRANSACTION:
+        message_type = definition.MessageType.TRANSACTION
+    elif group:
         metadata.ordering_key = group.encode()
         message_type = definition.MessageType.FIFO
     elif delivery_ms:
@@ -250,10 +254,6 @@ def _validated(
     system = message.system_properties
     if not system.message_id.strip():
         raise RocketMQError(Code.ILLEGAL_MESSAGE_ID, "message id cannot be blank")
-    if system.message_type == definition.MessageType.TRANSACTION:
-        raise RocketMQError(
-            Code.NOT_IMPLEMENTED, "transactional messages are not supported by this broker yet"
-        )
     tag = system.tag if system.HasField("tag") else None
     if tag is not None:
         check_tag(tag)
@@ -269,6 +269,11 @@ def _validated(
         raise RocketMQError(
             Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
             "a message cannot have both a message group (FIFO) and a delivery timestamp (DELAY)",
+        )
+    if system.message_type == definition.MessageType.TRANSACTION and (group or delivery_ms):
+        raise RocketMQError(
+            Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+            "a transactional message cannot have a message group (FIFO) or a delivery timestamp (DELAY)",
         )
     if delivery_ms:
         check_delivery_timestamp(delivery_ms, now_ms)

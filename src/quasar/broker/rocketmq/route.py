@@ -2,9 +2,10 @@
 
 Queues are the topic's partitions (queue id = partition index; a non-partitioned topic is one queue, id 0),
 all READ_WRITE, each on ``Broker{name = its broker group, id 0 (the master), endpoints = that master's
-RocketMQ endpoint}`` (``RocketMQContext.queue_brokers``: standalone, this broker for all). A topic accepts
-NORMAL, FIFO and DELAY messages (TRANSACTION is not served yet; the py client refuses such a send locally
-when it validates the message type, as it does by default). QueryAssignment answers as the proxy: one
+RocketMQ endpoint}`` (``RocketMQContext.queue_brokers``: standalone, this broker for all). The queues'
+``accept_message_types`` follow the topic's ``message.type`` (``message_type.py``: one type, or all four for
+MIXED and for a topic without one); the py client refuses locally a send of another type when it validates
+the message type, as it does by default. QueryAssignment answers as the proxy: one
 assignment with queue id -1 ("any queue of this broker") per broker group for a normal group, one per queue
 for a FIFO group (``RocketMQContext.consumer_groups``); FORBIDDEN "no readable queue" when no queue can be
 reached.
@@ -16,6 +17,7 @@ from typing import Any
 
 from quasar.broker.auth import PermissionDeniedError
 from quasar.broker.rocketmq.context import RocketMQContext, call_metadata, is_tls_call
+from quasar.broker.rocketmq.message_type import ALL_TYPES, accepted_types, topic_message_type
 from quasar.broker.rocketmq.status import Code, RocketMQError
 from quasar.broker.rocketmq.stubs import definition, service
 from quasar.broker.rocketmq.validation import check_consumer_group
@@ -23,11 +25,8 @@ from quasar.protocol import TopicName
 
 __all__ = ["ACCEPTED_MESSAGE_TYPES", "RouteActivity"]
 
-ACCEPTED_MESSAGE_TYPES = (
-    definition.MessageType.NORMAL,
-    definition.MessageType.FIFO,
-    definition.MessageType.DELAY,
-)
+ACCEPTED_MESSAGE_TYPES = ALL_TYPES
+"""What a topic without a ``message.type`` accepts (``message_type.py``)."""
 
 
 class RouteActivity:
@@ -36,13 +35,15 @@ class RouteActivity:
     def __init__(self, context: RocketMQContext) -> None:
         self.context = context
 
-    def _queue(self, topic: Any, queue_id: int, broker: Any) -> Any:
+    def _queue(
+        self, topic: Any, queue_id: int, broker: Any, accepted: tuple[int, ...] = ACCEPTED_MESSAGE_TYPES
+    ) -> Any:
         return definition.MessageQueue(
             topic=topic,
             id=queue_id,
             permission=definition.Permission.READ_WRITE,
             broker=broker,
-            accept_message_types=ACCEPTED_MESSAGE_TYPES,
+            accept_message_types=accepted,
         )
 
     def _check_lookup(self, topic: TopicName, context: Any) -> None:
@@ -60,8 +61,9 @@ class RouteActivity:
         self._check_lookup(topic, context)
         queues = self.context.queue_count(topic)
         brokers = await self.context.queue_brokers(topic, queues, request.endpoints, tls=is_tls_call(context))
+        accepted = accepted_types(topic_message_type(self.context.service, topic))
         return service.QueryRouteResponse(
-            message_queues=[self._queue(request.topic, i, broker) for i, broker in brokers]
+            message_queues=[self._queue(request.topic, i, broker, accepted) for i, broker in brokers]
         )
 
     async def QueryAssignment(self, request: Any, context: Any) -> Any:

@@ -13,8 +13,10 @@ last persisted one for that name, as a reconnecting Pulsar producer does.
 Queue choice (the request names none) among the queues this broker writes (``RocketMQContext.local_queues``:
 all of them standalone, its group's in a cluster): a message group picks ``consistentHash(group.hashCode(),
 queues)`` (Guava, as the proxy), so a group's messages stay on one queue in order; other messages go round
-robin. The
-answer's ``offset`` is the entry's consume-queue offset, ``message_id`` and ``transaction_id`` the client's
+robin. A
+message whose type the topic does not accept (``message_type.py``) is MESSAGE_PROPERTY_CONFLICT_WITH_TYPE; a
+TRANSACTION message is stored as a half message instead (``transaction.py``; its offset is the half queue's).
+The answer's ``offset`` is the entry's consume-queue offset, ``message_id`` and ``transaction_id`` the client's
 id. Several messages in one request (the py client never does it) are published one after the other; their
 entries' codes give the top-level status (MULTIPLE_RESULTS when they differ). All must name one topic
 (MESSAGE_CORRUPTED otherwise, or when there are none).
@@ -31,8 +33,9 @@ from quasar.broker.producer import Producer
 from quasar.broker.rocketmq.clients import ClientRecord
 from quasar.broker.rocketmq.context import CallMetadata, RocketMQContext, call_metadata
 from quasar.broker.rocketmq.mapping import MappedMessage, consistent_hash, java_string_hash, map_message
+from quasar.broker.rocketmq.message_type import check_message_type
 from quasar.broker.rocketmq.status import Code, RocketMQError, code_of, new_status, ok_status
-from quasar.broker.rocketmq.stubs import service
+from quasar.broker.rocketmq.stubs import definition, service
 from quasar.ledger.position import Position
 from quasar.protocol import TopicName
 from quasar.protocol.enums import ServerError
@@ -165,6 +168,7 @@ class SendActivity:
         mapped = map_message(message, max_body_size=ctx.settings.max_body_size)
         topic = ctx.topic_name(message.topic, metadata)
         queues = ctx.queue_count(topic)
+        check_message_type(ctx.service, topic, mapped.message_type)  # rmqtx: the topic's message.type
         local = ctx.local_queues(topic, queues)
         if not local:
             raise RocketMQError(
@@ -179,6 +183,9 @@ class SendActivity:
             ctx.service.security.check_produce(role, partition)
         except PermissionDeniedError as exc:
             raise RocketMQError(Code.FORBIDDEN, str(exc)) from None
+        if mapped.message_type == definition.MessageType.TRANSACTION:  # rmqtx: a half message
+            namespace = message.topic.resource_namespace or metadata.namespace
+            return int(await ctx.transaction_service().prepare(mapped, partition, queue_id, namespace))
         try:
             link = await self._link(record, partition, metadata)
             position = await link.publish(mapped)

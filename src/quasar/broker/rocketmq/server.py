@@ -37,6 +37,7 @@ from quasar.broker.rocketmq.send import SendActivity
 from quasar.broker.rocketmq.status import Code, RocketMQError, new_status, ok_status
 from quasar.broker.rocketmq.stubs import SERVICE, SERVICE_NAME, service
 from quasar.broker.rocketmq.tls import server_credentials
+from quasar.broker.rocketmq.transaction import TransactionActivity, TransactionService
 
 if TYPE_CHECKING:
     from quasar.broker.broker_service import BrokerService
@@ -51,6 +52,7 @@ HANDLER_GROUPS: tuple[Callable[[RocketMQContext], object], ...] = (
     SendActivity,
     ConsumeActivity,  # ReceiveMessage, AckMessage, ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue
     PullActivity,  # QueryOffset, PullMessage, GetOffset, UpdateOffset
+    TransactionActivity,  # EndTransaction
     # rmqconsume and rmqpull: one line each for their handler group
 )
 """The handler groups of the servicer, in lookup order (the first with a method of an RPC's name serves it)."""
@@ -192,6 +194,8 @@ class RocketMQListener:
         self._server: grpc.aio.Server | None = None
         self._serving = False
         self._servicer: Servicer | None = None
+        self.transactions = TransactionService(self.context)
+        self.context.transactions = self.transactions
 
     @property
     def port(self) -> int:
@@ -252,6 +256,7 @@ class RocketMQListener:
         await self._server.start()
         self._serving = True
         self.context.clients.start()
+        self.transactions.start()
         log.info(
             "RocketMQ gRPC endpoint listening on %s:%d%s",
             self.host,
@@ -264,6 +269,7 @@ class RocketMQListener:
         if server is not None:
             await server.stop(1.0)
         self._serving = False
+        await self.transactions.stop()
         servicer, self._servicer = self._servicer, None
         if servicer is not None:
             await servicer.close()
