@@ -364,7 +364,7 @@ class BrokerConfig:
     past it), pushed to producers as ``publishing.max_body_size``; at most ``max_message_size``."""
     transaction_check_interval: int = 30_000
     """RocketMQ ``transactionCheckInterval`` (ms): how often unresolved transactional half messages are looked
-    at and their producers asked (``rocketmq/transaction*.py``, docs/rmqtx.md)."""
+    at and their producers asked (``rocketmq/transaction*.py``, docs/rocketmq-transactions.md)."""
     transaction_time_out: int = 6_000
     """RocketMQ ``transactionTimeOut`` (ms): a half message younger than this is not checked yet."""
     transaction_check_max: int = 15
