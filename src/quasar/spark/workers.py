@@ -25,10 +25,9 @@ _CHECKED = "_quasar_workers_checked"
 
 
 def probe(_: Any) -> str:
-    """Runs in a Python worker. Pickled *by reference* (``quasar.spark.workers.probe``), so a worker without
-    ``quasar`` fails while unpickling it, exactly as it would on the first read or write."""
-    import quasar.spark.datasource  # noqa: F401  # the module Spark's planner imports
-
+    """Runs in a Python worker. Pickled *by reference* (``quasar.spark.workers.probe``): unpickling it imports
+    the ``quasar.spark`` package (and with it the data source), so a worker without ``quasar`` fails exactly
+    as it would on the first read or write."""
     return sys.executable
 
 
