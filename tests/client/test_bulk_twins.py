@@ -127,7 +127,9 @@ def test_twins_agree_and_write_the_per_message_codec_items(c):
 def test_row_numbers_give_the_sequence_ids():
     values = pa.array([b"a", b"b", b"c"])
     rows = pa.array([3, 7, 8], pa.int64())
-    (payload, count, _), = _bulk_c.encode_entries(3, _var(values), None, None, None, 100, rows.buffers()[1], 10, 99)
+    ((payload, count, _),) = _bulk_c.encode_entries(
+        3, _var(values), None, None, None, 100, rows.buffers()[1], 10, 99
+    )
     assert [single.sequence_id for single, _ in split_batch(payload, count)] == [103, 107, 108]
     assert _outcome(3, _var(values), None, None, None, 100, rows.buffers()[1], 10, 99)[0] == "ok"
 

@@ -9,7 +9,8 @@ Per Arrow batch of a task:
 2. rows are grouped by topic (the ``topic`` option, else the ``topic`` column) and, on a partitioned topic, by
    partition: a keyed row goes where the producer's router sends its key (``hash(key) % partitions``; each
    distinct key is hashed once), unkeyed rows go round robin, one run of ``batchingMaxMessages`` rows per
-   partition (Pulsar's batching-aware round robin);
+   partition (Pulsar's batching-aware round robin; from a random partition, or for the exactly-once producer
+   from the task's partition id, so that a replay routes each row as before);
 3. each group's rows become entries of at most ``quasar.producer.batchingMaxMessages`` messages (default 1000)
    and ``quasar.producer.batchingMaxAllowedSizeInBytes`` value bytes (default 128 KiB), Pulsar's defaults;
 4. item ``r`` (the row's position in the task's input) carries sequence id ``first + r``: ``first`` is
@@ -129,6 +130,9 @@ class BulkSink:
         client: the broker. topic: the ``topic`` option (None: rows carry a ``topic`` column).
         producer_conf: ``quasar.producer.*`` pairs. producer_name: the exactly-once producer name or None.
         first_sequence_id: ``(batchId << 32) + 1`` for the exactly-once producer, else None (the producer's).
+        round_robin_start: the partition unkeyed rows start at on a partitioned topic; None: a random one.
+            The exactly-once path passes the task's partition id, so a replay routes every row as before
+            (deduplication is per topic partition).
     """
 
     def __init__(
@@ -138,8 +142,10 @@ class BulkSink:
         producer_conf: tuple[tuple[str, str], ...],
         producer_name: str | None = None,
         first_sequence_id: int | None = None,
+        round_robin_start: int | None = None,
     ) -> None:
         self._client = client
+        self._start = round_robin_start
         self._topic = topic
         self._conf = producer_conf
         self._name = producer_name
@@ -205,7 +211,7 @@ class BulkSink:
         if unkeyed:  # runs of max_messages unkeyed rows, partition after partition
             start = self._round_robin.get(topic)
             if start is None:
-                start = random.randrange(count)
+                start = random.randrange(count) if self._start is None else self._start % count
             runs = -(-unkeyed // self._max_messages)
             self._round_robin[topic] = (start + runs) % count
             run_partitions = pa.array([(start + i) % count for i in range(runs)], pa.int32())

@@ -269,7 +269,8 @@ def write_arrow(
         )
     client = BrokerClient(config.service_url, config.admin_url, config.client_conf)
     first = None if batch_id is None else (batch_id << ROW_BITS) + 1
-    sink = BulkSink(client, config.topic, config.producer_conf, producer_name, first)
+    start = None if batch_id is None else max(partition_id, 0)
+    sink = BulkSink(client, config.topic, config.producer_conf, producer_name, first, start)
     failed = True
     try:
         for batch in batches:
