@@ -41,7 +41,8 @@ def _last_line(exc: BaseException) -> str:
 
 
 def check_workers(spark: Any) -> str:
-    """Run the probe as one task; the worker's ``sys.executable``.
+    """Run the probe as one task; the worker's ``sys.executable`` ("" on Spark Connect, where the probe cannot
+    run from the client).
 
     Args:
         spark: a SparkSession (classic, not Spark Connect).
@@ -51,7 +52,10 @@ def check_workers(spark: Any) -> str:
             started); the message names ``PYSPARK_PYTHON`` / ``spark.pyspark.python``, the worker's and the
             driver's interpreters, and the worker's error.
     """
-    context = spark.sparkContext
+    try:
+        context = spark.sparkContext
+    except Exception:  # noqa: BLE001  # Spark Connect has no SparkContext: its workers run on the server
+        return ""
     checked = getattr(context, _CHECKED, None)
     if checked is not None:
         return str(checked)
