@@ -46,7 +46,7 @@ from typing import Any
 from quasar.protocol import MessageId, ServerError, commands
 
 from ._tasks import TaskOwner
-from .batch import BatchMessageContainer, BuiltBatch
+from .batch import PLAIN, BatchMessageContainer, BuiltBatch
 from .client_cnx import ClientCnx
 from .codec import complete_receipt as _complete_receipt
 from .config import ProducerConfig
@@ -123,6 +123,11 @@ class Producer:
     def last_sequence_id(self) -> int:
         """Sequence id of the last message acknowledged by the broker (-1 if none)."""
         return self.last_sequence_id_published
+
+    @property
+    def next_sequence_id(self) -> int:
+        """The sequence id the next message without its own gets."""
+        return self._sequence_id
 
     @property
     def is_connected(self) -> bool:
@@ -343,6 +348,36 @@ class Producer:
     def send_admitted_payload(self, payload: bytes, waiter: Any) -> None:
         """Send an admitted message given as bare payload bytes (the batching short path)."""
         self._send_plain(payload, waiter)
+
+    def send_entry(
+        self,
+        payload: bytes,
+        num_messages: int,
+        sequence_id: int,
+        highest_sequence_id: int,
+        partition_key: str | None,
+        waiter: Any,
+    ) -> None:
+        """Send an uncompressed batch payload built outside the producer (``quasar.client.bulk``) as one entry:
+        compressed with the producer's ``compression_type``, its metadata carrying ``partition_key`` (the first
+        item's, as the C++ producer), ``num_messages``, ``sequence_id`` and (more than one message)
+        ``highest_sequence_id``, which a broker with deduplication judges the entry by. Call on the loop thread.
+
+        The open batch (if any) is sent first, so order is kept; later sends continue after
+        ``highest_sequence_id``. ``num_messages`` count against ``pending_messages`` without waiting for room:
+        the caller bounds what it has in flight. ``waiter`` gets one outcome for the whole entry (see
+        :mod:`quasar.client.op_send`): AlreadyClosedError, MessageTooBigError, SendTimeoutError, ...
+        """
+        if self._state in _NOT_OPEN:
+            fail_waiter(waiter, AlreadyClosedError(f"producer on {self.topic} is {self._state}"))
+            return
+        if self._batcher is not None:
+            self._batcher.send()
+        self.pending_messages += num_messages
+        if highest_sequence_id >= self._sequence_id:
+            self._sequence_id = highest_sequence_id + 1
+        first = PLAIN if partition_key is None else OutgoingMessage(b"", partition_key=partition_key)
+        self._send_batch(BuiltBatch(payload, num_messages, sequence_id, highest_sequence_id, [waiter], first))
 
     def _check_open(self) -> None:
         if self._state in _NOT_OPEN:

@@ -217,6 +217,51 @@ class Producer:
             lane.scheduled = True
             self._runner.call_soon(lane.drain)
 
+    def num_partitions(self) -> int:
+        """Partitions of the topic (1 for a topic that is not partitioned)."""
+        return len(self._partitions())
+
+    def choose_partition(self, key: str) -> int:
+        """The partition the router gives a message with partition key ``key`` (0 when not partitioned)."""
+        partitioned = self._partitioned
+        if partitioned is None:
+            return 0
+        return partitioned.router.choose(b"", key, len(partitioned.producers))
+
+    def next_sequence_id(self, partition: int = 0) -> int:
+        """The sequence id the producer of ``partition`` gives its next message (the broker's last one + 1
+        after connecting)."""
+        return self._partitions()[partition].next_sequence_id
+
+    def send_entry(
+        self,
+        partition: int,
+        payload: bytes,
+        num_messages: int,
+        sequence_id: int,
+        highest_sequence_id: int,
+        partition_key: str | None,
+        callback: Callable[[Any, MessageId | None], Any] | None,
+    ) -> None:
+        """Queue a pre-built batch entry on the producer of ``partition`` (0 for a topic that is not
+        partitioned); see :meth:`quasar.client.producer.Producer.send_entry`. ``callback(error_or_None,
+        message_id)`` runs once for the entry, on the loop thread. Does not wait: the caller bounds its entries
+        in flight.
+
+        Raises:
+            IndexError: no such partition.
+        """
+        producer = self._partitions()[partition]
+        self._runner.call_soon(
+            producer.send_entry,
+            payload,
+            num_messages,
+            sequence_id,
+            highest_sequence_id,
+            partition_key,
+            callback,
+        )
+
     def flush(self) -> None:
         """Send the open batch and wait for every pending receipt."""
         self._runner.run(self._producer.flush())

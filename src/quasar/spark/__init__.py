@@ -22,9 +22,11 @@ from quasar.spark.errors import (
     DataLossError,
     OptionError,
     QuasarSparkError,
+    SaveModeError,
     SinkSchemaError,
     SinkWriteError,
     TopicNotFoundError,
+    WorkerSetupError,
 )
 
 __all__ = [
@@ -34,8 +36,10 @@ __all__ = [
     "OptionError",
     "QuasarDataSource",
     "QuasarSparkError",
+    "SaveModeError",
     "SinkSchemaError",
     "SinkWriteError",
     "TopicNotFoundError",
+    "WorkerSetupError",
     "register",
 ]

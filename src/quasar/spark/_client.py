@@ -36,7 +36,7 @@ import ssl
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
@@ -52,11 +52,11 @@ from quasar.client import (
     ReceiveTimeoutError,
 )
 from quasar.errors import QuasarError
+from quasar.spark._producer import TopicProducer
 from quasar.spark.errors import (
     BrokerUnavailableError,
     DataLossError,
     OptionError,
-    SinkWriteError,
     TopicNotFoundError,
 )
 from quasar.spark.passthrough import (
@@ -369,9 +369,15 @@ class BrokerClient:
 
     # ------------------------------------------------------------------ writing (executors)
     def producer(
-        self, topic: str, producer_conf: tuple[tuple[str, str], ...], producer_name: str | None = None
+        self,
+        topic: str,
+        producer_conf: tuple[tuple[str, str], ...],
+        producer_name: str | None = None,
+        *,
+        bulk: bool = False,
     ) -> TopicProducer:
-        """A producer on ``topic`` (``quasar.producer.*`` passthrough applied).
+        """A producer on ``topic`` (``quasar.producer.*`` passthrough applied). ``bulk``: the caller sends
+        pre-built batch entries (:meth:`TopicProducer.send_entry`), so the producer's own batcher is off.
 
         Raises:
             OptionError: a passthrough value quasar.client rejects (e.g. chunking together with batching).
@@ -381,6 +387,8 @@ class BrokerClient:
         kwargs.setdefault("block_if_queue_full", True)
         kwargs.setdefault("batching_enabled", not kwargs.get("chunking_enabled", False))
         kwargs.setdefault("batching_max_publish_delay_ms", 5)
+        if bulk:
+            kwargs["batching_enabled"] = False
         if producer_name is not None:
             kwargs["producer_name"] = producer_name
             if kwargs["batching_enabled"]:
@@ -397,71 +405,6 @@ class BrokerClient:
             raise BrokerUnavailableError(
                 f"cannot create a producer on {topic} at {self.service_url} (option 'service.url'): {exc}"
             ) from exc
-
-
-class TopicProducer:
-    """One producer; :meth:`send` is asynchronous, :meth:`flush` waits for every receipt and raises the first
-    failure as SinkWriteError."""
-
-    __slots__ = ("_callback", "_failures", "_producer", "_send", "sent", "topic")
-
-    def __init__(self, producer: Any, topic: str) -> None:
-        self._producer = producer
-        self._send: Callable[..., None] = producer.send_async
-        self._failures: list[str] = []
-        self._callback = self._on_receipt
-        self.topic = topic
-        self.sent = 0
-
-    def _on_receipt(self, error: Any, _message_id: Any) -> None:
-        # quasar.client passes None on success, else the ClientError (the loop thread runs this)
-        if error is not None:
-            self._failures.append(str(error))
-
-    def send(
-        self,
-        value: bytes,
-        key: str | None,
-        properties: dict[str, str] | None,
-        event_time_ms: int | None,
-        sequence_id: int | None,
-    ) -> None:
-        """Queue one message (value bytes, key, properties, event time ms, sequence id or None).
-
-        Raises:
-            SinkWriteError: the message is refused before sending (bad value type, producer closed).
-        """
-        kwargs: dict[str, Any] = {}
-        if key is not None:
-            kwargs["partition_key"] = key
-        if properties:
-            kwargs["properties"] = properties
-        if event_time_ms is not None:
-            kwargs["event_timestamp"] = event_time_ms
-        if sequence_id is not None:
-            kwargs["sequence_id"] = sequence_id
-        try:
-            self._send(value, self._callback, **kwargs)
-        except (TypeError, ValueError, ClientError) as exc:
-            raise SinkWriteError(f"cannot send a message to {self.topic}: {exc}") from exc
-        self.sent += 1
-
-    def flush(self) -> None:
-        """Wait for all receipts; raises SinkWriteError if any send failed."""
-        try:
-            self._producer.flush()
-        except QuasarError as exc:
-            raise SinkWriteError(f"flushing messages to {self.topic} failed: {exc}") from exc
-        if self._failures:
-            raise SinkWriteError(
-                f"{len(self._failures)} messages to {self.topic} were not acknowledged: {self._failures[0]}"
-            )
-
-    def close(self) -> None:
-        try:
-            self._producer.close()
-        except QuasarError as exc:  # closing after a failure must not hide the failure
-            log.warning("closing the producer on %s failed: %s", self.topic, exc)
 
 
 class _RangeScan:

@@ -12,11 +12,12 @@ from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
-from quasar.spark.errors import OptionError
+from quasar.spark.errors import OptionError, SaveModeError
 from quasar.spark.options import parse_read, parse_write
 from quasar.spark.reader import QuasarBatchReader
 from quasar.spark.schema import READ_COLUMNS, READ_SCHEMA_DDL
 from quasar.spark.stream import QuasarStreamReader
+from quasar.spark.workers import check_workers
 from quasar.spark.writer import QuasarBatchWriter, QuasarStreamWriter, check_sink_schema
 
 __all__ = ["FORMAT", "QuasarDataSource", "register"]
@@ -54,14 +55,42 @@ class QuasarDataSource(DataSource):
         return QuasarStreamReader(parse_read(self.options))
 
     def writer(self, schema: StructType, overwrite: bool) -> QuasarBatchWriter:
+        """The batch sink (planned on the driver, before any task runs).
+
+        Save modes, as Kafka's connector: Append writes; Overwrite (``overwrite=True``) raises
+        :class:`SaveModeError` naming ``.mode("append")``, since a topic's messages are never replaced. Spark 4
+        itself refuses ErrorIfExists (its default mode) and Ignore for Python data sources with
+        ``UNSUPPORTED_DATA_SOURCE_SAVE_MODE`` before calling this method, so those never reach the sink.
+
+        Raises:
+            SaveModeError: ``overwrite``. OptionError / SinkSchemaError: bad options or columns.
+        """
+        if overwrite:
+            raise SaveModeError(
+                "format 'quasar' only appends to topics: write with .mode(\"append\") (the Overwrite save "
+                "mode would delete the topic's messages, which the sink never does; as Kafka's connector, it "
+                "refuses every mode but Append, and nothing was sent)"
+            )
         config = parse_write(self.options)
         return QuasarBatchWriter(config, check_sink_schema(schema, config))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> QuasarStreamWriter:
+        """The streaming sink. Output modes append and complete (``overwrite=True``: each trigger writes the
+        whole result table, as Kafka's sink does); Spark refuses update for Python sinks."""
         config = parse_write(self.options)
         return QuasarStreamWriter(config, check_sink_schema(schema, config))
 
 
-def register(spark: SparkSession) -> None:
-    """Register :class:`QuasarDataSource` with ``spark`` (a SparkSession) as format ``quasar``."""
+def register(spark: SparkSession, *, check_workers_import: bool = True) -> None:
+    """Register :class:`QuasarDataSource` with ``spark`` (a SparkSession) as format ``quasar``.
+
+    With ``check_workers_import`` (the default) a one-task probe job first checks, once per SparkContext,
+    that Spark's Python workers can import ``quasar`` (:mod:`quasar.spark.workers`).
+
+    Raises:
+        WorkerSetupError: they cannot; the message names ``PYSPARK_PYTHON`` (``spark.pyspark.python`` with
+            spark-submit), the setting that fixes it.
+    """
+    if check_workers_import:
+        check_workers(spark)
     spark.dataSource.register(QuasarDataSource)

@@ -5,6 +5,8 @@
         ├── OptionError            an unknown, missing, conflicting or malformed option (also a ValueError)
         ├── SinkSchemaError        the DataFrame written has no ``value`` column or a column of the wrong type
         ├── SinkWriteError         a row could not be written (null ``value``/``topic``, send failure)
+        ├── SaveModeError          a batch write in a save mode other than Append (also a ValueError)
+        ├── WorkerSetupError       Spark's Python workers cannot import ``quasar`` (PYSPARK_PYTHON)
         ├── TopicNotFoundError     a topic named in ``topic``/``topics``/``startingOffsets`` does not exist
         ├── BrokerUnavailableError the broker (service.url) or its admin API (admin.url) cannot be reached
         └── DataLossError          a start position was trimmed, or an offset went backwards (failOnDataLoss)
@@ -22,9 +24,11 @@ __all__ = [
     "DataLossError",
     "OptionError",
     "QuasarSparkError",
+    "SaveModeError",
     "SinkSchemaError",
     "SinkWriteError",
     "TopicNotFoundError",
+    "WorkerSetupError",
 ]
 
 
@@ -42,6 +46,15 @@ class SinkSchemaError(QuasarSparkError, ValueError):
 
 class SinkWriteError(QuasarSparkError):
     """A row could not be produced (null ``value`` or ``topic``, or the broker refused the send)."""
+
+
+class SaveModeError(QuasarSparkError, ValueError):
+    """A batch write asked for a save mode the sink cannot honour (only Append is; Kafka's connector refuses
+    Overwrite and Ignore the same way)."""
+
+
+class WorkerSetupError(QuasarSparkError):
+    """Spark's Python workers cannot import ``quasar`` (they run another interpreter than the driver)."""
 
 
 class TopicNotFoundError(QuasarSparkError):

@@ -10,8 +10,12 @@ Columns of the DataFrame written (checked on the driver before any task runs; an
 | properties   | map<string,string>           | message properties                                          |
 | eventTime    | timestamp or bigint (ms)     | the event time                                              |
 
-Batching and compression are producer options: ``quasar.producer.batchingEnabled``,
-``quasar.producer.compressionType`` (``LZ4``, ``ZSTD``, ...), see ``quasar.spark._client``.
+Rows go out as Pulsar batch entries built in compiled code from the Arrow batches (:mod:`quasar.spark.sink_bulk`:
+at most ``quasar.producer.batchingMaxMessages`` messages (1000) and
+``quasar.producer.batchingMaxAllowedSizeInBytes`` value bytes (128 KiB) per entry, compressed with
+``quasar.producer.compressionType`` (``LZ4``, ``ZSTD``, ...), many entries in flight). With
+``quasar.producer.chunkingEnabled=true`` or ``quasar.producer.batchingEnabled=false`` every message is sent on
+its own instead (the message-by-message path below, :func:`write_chunks`).
 
 **Exactly-once contract (streaming writes).** Each task of micro-batch ``B`` produces with
 
@@ -20,15 +24,14 @@ Batching and compression are producer options: ``quasar.producer.batchingEnabled
 - sequence id ``(B << 32) + rowPosition + 1`` (``rowPosition``: the row's 0-based position in the task's
   input; never 0, which the official Python client treats as "no sequence id"),
 
-so the sequence ids of one producer name only grow, batch after batch. On a topic with broker-side
+so the sequence ids of one producer name only grow, batch after batch. A batch entry carries the sequence ids
+of its first and last message (``sequence_id``, ``highest_sequence_id``). On a topic with broker-side
 deduplication enabled (``POST /admin/v2/namespaces/{tenant}/{ns}/deduplication`` ``true``), the broker drops any
-message whose sequence id is not above the last one it persisted for that producer name: a retried task, or
-a batch that Spark replays after a query restart (Spark replays the same batch id with the same rows), is
-written once. Requirements: a deterministic plan (a replayable source such as ``quasar``; no
-nondeterministic ``repartition()``), ``spark.speculation=false`` (the default), fewer than 2**32 - 1 rows per task,
-batch ids below 2**31. These producers send one message per entry (no
-batching): broker deduplication judges an entry by its sequence id range, so a replayed message is dropped
-exactly when it is an entry of its own. Without
+entry whose sequence ids are not above the last one it persisted for that producer name: a retried task, or
+a batch that Spark replays after a query restart (Spark replays the same batch id with the same rows, which
+become the same entries), is written once. Requirements: a deterministic plan (a replayable source such as
+``quasar``; no nondeterministic ``repartition()``), ``spark.speculation=false`` (the default), fewer than
+2**32 - 1 rows per task, batch ids below 2**31, and the same producer options on the replay. Without
 deduplication on the topic, the sink is at-least-once. Batch writes
 (``df.write``) are at-least-once: they have no batch id to derive sequence ids from.
 """
@@ -46,6 +49,7 @@ from pyspark.sql.types import BinaryType, DataType, LongType, MapType, StringTyp
 from quasar.spark._client import BrokerClient, TopicProducer
 from quasar.spark.errors import SinkSchemaError, SinkWriteError
 from quasar.spark.options import WriteConfig
+from quasar.spark.sink_bulk import BulkSink, uses_bulk_path
 
 try:  # pyspark 4.1+
     from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamWriterBase
@@ -240,6 +244,44 @@ def write_chunks(
     return QuasarCommitMessage(rows=row, topics=counts, partition_id=partition_id)
 
 
+def write_arrow(
+    config: WriteConfig,
+    batches: Iterable[Any],
+    columns: tuple[str, ...],
+    *,
+    producer_name: str | None = None,
+    batch_id: int | None = None,
+    partition_id: int = -1,
+) -> QuasarCommitMessage:
+    """Produce every row of the Arrow ``batches`` (bulk path, or :func:`write_chunks` when the producer
+    options ask for one message per entry); flush and check every receipt before returning.
+
+    Raises:
+        SinkWriteError: see :meth:`quasar.spark.sink_bulk.BulkSink.write`.
+    """
+    if not uses_bulk_path(config.producer_conf):
+        return write_chunks(
+            config,
+            _chunks_from_arrow(batches, columns),
+            producer_name=producer_name,
+            batch_id=batch_id,
+            partition_id=partition_id,
+        )
+    client = BrokerClient(config.service_url, config.admin_url, config.client_conf)
+    first = None if batch_id is None else (batch_id << ROW_BITS) + 1
+    start = None if batch_id is None else max(partition_id, 0)
+    sink = BulkSink(client, config.topic, config.producer_conf, producer_name, first, start)
+    failed = True
+    try:
+        for batch in batches:
+            sink.write(batch, columns)
+        sink.finish()
+        failed = False
+    finally:
+        sink.close(failed)
+    return QuasarCommitMessage(rows=sink.rows, topics=sink.counts, partition_id=partition_id)
+
+
 class QuasarBatchWriter(DataSourceArrowWriter):
     """Batch sink (at-least-once); Arrow batches in, one producer per topic per task."""
 
@@ -248,7 +290,7 @@ class QuasarBatchWriter(DataSourceArrowWriter):
         self.columns = columns
 
     def write(self, iterator: Iterator[Any]) -> QuasarCommitMessage:
-        return write_chunks(self.config, _chunks_from_arrow(iterator, self.columns))
+        return write_arrow(self.config, iterator, self.columns)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         total = _rows(messages)
@@ -278,14 +320,18 @@ class QuasarStreamWriter(_StreamWriterBase):
             raw_batch = context.getLocalProperty("streaming.sql.batchId")
             batch_id = int(raw_batch) if raw_batch is not None else None
         name = f"quasar-spark-{query_id}-{partition_id}" if query_id and batch_id is not None else None
-        chunks = (
-            _chunks_from_arrow(iterator, self.columns)
-            if STREAM_ARROW
-            else _chunks_from_rows(iterator, self.columns)
-        )
-        return write_chunks(
+        if STREAM_ARROW:
+            return write_arrow(
+                self.config,
+                iterator,
+                self.columns,
+                producer_name=name,
+                batch_id=batch_id if name else None,
+                partition_id=partition_id,
+            )
+        return write_chunks(  # pragma: no cover - pyspark 4.0: rows, message by message
             self.config,
-            chunks,
+            _chunks_from_rows(iterator, self.columns),
             producer_name=name,
             batch_id=batch_id if name else None,
             partition_id=partition_id,
