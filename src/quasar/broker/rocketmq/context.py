@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from quasar.broker.errors import BrokerError
 from quasar.broker.rocketmq.auth import RocketMQAuthenticator
-from quasar.broker.rocketmq.mapping import DEFAULT_MAX_BODY_SIZE
+from quasar.broker.rocketmq.mapping import DEFAULT_MAX_BODY_SIZE, MappedMessage
 from quasar.broker.rocketmq.status import Code, RocketMQError
 from quasar.broker.rocketmq.stubs import definition
 from quasar.broker.rocketmq.validation import check_topic
@@ -33,7 +33,6 @@ from quasar.security import TlsSettings
 if TYPE_CHECKING:
     from quasar.broker.broker_service import BrokerService
     from quasar.broker.rocketmq.clients import ClientRegistry
-    from quasar.broker.rocketmq.transaction import TransactionService
 
 __all__ = [
     "CallMetadata",
@@ -180,6 +179,17 @@ class ConsumerGroups(Protocol):
         ...
 
 
+class Transactions(Protocol):
+    """The send path's view of the listener's transaction service (``transaction.TransactionService``)."""
+
+    async def prepare(
+        self, mapped: MappedMessage, real_topic: TopicName, queue_id: int, client_namespace: str
+    ) -> int:
+        """Store a half message for ``real_topic`` queue ``queue_id``; returns its half-queue offset. Raises
+        RocketMQError."""
+        ...
+
+
 class NoConsumerGroups:
     """:class:`ConsumerGroups` of a listener without consumption handlers: no FIFO group, RocketMQ's default of
     17 attempts, nothing registered."""
@@ -207,7 +217,7 @@ class RocketMQContext:
     """The bound TLS port (0 while there is no TLS listener)."""
     consumer_groups: ConsumerGroups = field(default_factory=NoConsumerGroups)
     """The consumer groups' policies and registration (``consume.ConsumeActivity`` installs its own)."""
-    transactions: TransactionService | None = None
+    transactions: Transactions | None = None
     """The transaction service of this listener (set by ``server.RocketMQListener``)."""
     _round_robin: dict[str, int] = field(default_factory=dict)
     authenticator: RocketMQAuthenticator = field(init=False)
@@ -215,7 +225,7 @@ class RocketMQContext:
     def __post_init__(self) -> None:
         self.authenticator = RocketMQAuthenticator(self.service)
 
-    def transaction_service(self) -> TransactionService:
+    def transaction_service(self) -> Transactions:
         """The listener's transaction service; RocketMQError NOT_IMPLEMENTED for a context without one (a
         handler group used outside a listener)."""
         if self.transactions is None:

@@ -24,7 +24,7 @@ import asyncio
 import logging
 import random
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from quasar.broker.auth import PermissionDeniedError
 from quasar.broker.rocketmq.context import RocketMQContext, call_metadata
@@ -248,7 +248,7 @@ class TransactionActivity:
         transaction_id = request.transaction_id.strip()
         if not transaction_id:
             raise RocketMQError(Code.INVALID_TRANSACTION_ID, "transaction id cannot be blank")
-        transactions = self.context.transaction_service()
+        transactions = cast(TransactionService, self.context.transaction_service())
         half = await transactions.find(transaction_id, request.topic.name)
         try:
             self.context.service.security.check_produce(self.context.role(context), half.real_topic)
