@@ -462,6 +462,16 @@ OPERATIONS += [
      "Set the compaction threshold (as PUT)", {"body": body({"type": "integer", "minimum": 0})}),
     ("DELETE", NS + "/compactionThreshold", "removeCompactionThreshold", "compaction",
      "Unset the compaction threshold", {}),
+    # RocketMQ consumer groups (broker/admin/rocketmq_group_routes.py)
+    ("GET", NS + "/subscriptionGroups", "getSubscriptionGroups", "policies",
+     "RocketMQ consumer-group configs of the namespace: group -> config",
+     {"ok": ok({"type": "object", "additionalProperties": ref("SubscriptionGroupConfig")})}),
+    ("GET", NS + "/subscriptionGroups/{group}", "getSubscriptionGroup", "policies",
+     "A RocketMQ consumer group's config (404 when unset)", {"ok": ok(ref("SubscriptionGroupConfig"))}),
+    ("POST", NS + "/subscriptionGroups/{group}", "setSubscriptionGroup", "policies",
+     "Set a RocketMQ consumer group's config (FIFO, retries)", {"body": body(ref("SubscriptionGroupConfig"))}),
+    ("DELETE", NS + "/subscriptionGroups/{group}", "removeSubscriptionGroup", "policies",
+     "Unset a RocketMQ consumer group's config", {}),
     # permissions
     ("GET", NS + "/permissions", "getNamespacePermissions", "permissions", "role -> actions granted on the namespace",
      {"ok": ok(ref("Permissions"))}),

@@ -43,6 +43,20 @@ SCHEMAS: dict[str, Any] = {
         "description": "Pulsar TenantInfo; other keys are kept as given.",
         "properties": {"adminRoles": STRINGS, "allowedClusters": STRINGS},
     },
+    "SubscriptionGroupConfig": {
+        "type": "object",
+        "description": "A RocketMQ consumer group's config (RocketMQ SubscriptionGroupConfig field names).",
+        "properties": {
+            "consumeMessageOrderly": {"type": "boolean", "description": "FIFO (orderly) consumption"},
+            "retryMaxTimes": {
+                "type": "integer",
+                "minimum": 0,
+                "maximum": 1000,
+                "description": "redeliveries before the dead-letter topic (16 by default)",
+            },
+        },
+        "additionalProperties": False,
+    },
     "RetentionPolicies": {
         "type": "object",
         "description": "-1 = unlimited; a missing field is 0.",
@@ -388,6 +402,11 @@ PATH_PARAMS: dict[str, dict[str, Any]] = {
         "schema": {"type": "string", "minLength": 1},
         "example": "my-subscription",
         "description": "Subscription name",
+    },
+    "group": {
+        "schema": {"type": "string", "minLength": 1, "maxLength": 120, "pattern": "^[%|a-zA-Z0-9_-]+$"},
+        "example": "my-group",
+        "description": "RocketMQ consumer group name",
     },
     "role": {
         "schema": {"type": "string", "minLength": 1},

@@ -412,11 +412,18 @@ class Subscription:
         else:
             self.blocked_on_unacked = self.unacked_messages >= limit
 
-    def redeliver_unacknowledged(self, consumer: Consumer, positions: Iterable[Position] | None) -> None:
+    def redeliver_unacknowledged(
+        self,
+        consumer: Consumer,
+        positions: Iterable[Position] | None,
+        *,
+        count_redelivery: bool = True,
+    ) -> None:
         """CommandRedeliverUnacknowledgedMessages: redeliver ``positions`` of ``consumer`` (Shared and
         Key_Shared: negative acks and ack timeouts), or all of its unacknowledged entries when ``positions``
         is None or the subscription is Exclusive/Failover. Each redelivered entry's redelivery_count grows by
-        one (what the client's dead-letter policy reads)."""
+        one (what the client's dead-letter policy reads), unless ``count_redelivery`` is False (entries
+        handed back unseen, ``pop_consumer``)."""
         if positions is None or not self._individual_ack:
             targets = list(consumer.pending_acks)
         else:
@@ -427,7 +434,8 @@ class Subscription:
                 self.unacked_messages -= count
             self._pending.pop(position, None)
             self.replay_positions.add(position)
-            self.redelivery_counts[position] = self.redelivery_counts.get(position, 0) + 1
+            if count_redelivery:
+                self.redelivery_counts[position] = self.redelivery_counts.get(position, 0) + 1
         if targets:
             self._update_blocked()
             self.schedule_dispatch()

@@ -54,6 +54,7 @@ class BrokerService(Protocol):
     def partitions(self, topic: TopicName) -> int: ...
     def owner_web_url(self, topic: TopicName, *, tls: bool = False) -> str | None: ...
 
+
 log = logging.getLogger(__name__)
 
 __all__ = ["TopicDeletedError", "delete_partitioned_topic", "delete_topic"]
@@ -173,7 +174,10 @@ async def _delete(service: BrokerService, topic: TopicName) -> Any:
     if topic.is_persistent:
         await service.factory.delete(compacted_ledger_name(name))
         await service.factory.delete(name)
-        if topic.partition_index < 0 or service.partitions(TopicName.parse(topic.partitioned_topic_name)) == 0:
+        if (
+            topic.partition_index < 0
+            or service.partitions(TopicName.parse(topic.partitioned_topic_name)) == 0
+        ):
             await service.schemas.delete(schema_id(topic), force=True)
     await service.resources.delete_topic_policies(topic)
     log.info("deleted topic %s", name)

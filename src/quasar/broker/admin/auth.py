@@ -149,6 +149,8 @@ ROUTE_REQUIREMENTS = MappingProxyType(
                 _TOPIC + "/messageTTL",
                 _TOPIC + "/backlogQuota",
                 _TOPIC + "/backlogQuotaMap",
+                _NS + "/subscriptionGroups",
+                _NS + "/subscriptionGroups/{group}",
                 _NS + "/permissions",
                 _NS + "/permissions/{role}",
                 _NS + "/permissions/subscription",

@@ -22,6 +22,7 @@ from quasar.broker.admin import (
     dashboard_routes,
     openapi_route,
     permission_routes,
+    rocketmq_group_routes,
     schema_routes,
     subscription_routes,
     tenant_routes,
@@ -454,6 +455,7 @@ def build_admin_app(
     tenant_routes.register(app)  # GET/POST/DELETE tenants/{t}, GET/DELETE namespaces/{t}/{ns}[/topics]
     broker_stats_routes.register(app)  # GET /admin/v2/broker-stats/load-report (loaded topics, idle unloads)
     subscription_routes.register(app)  # create/skip/expire/resetcursor/peek subscriptions, unload, stats
+    rocketmq_group_routes.register(app)  # GET/POST/DELETE namespaces/{t}/{ns}/subscriptionGroups[/{group}]
     topic = TOPIC_PATH
     app.add_routes(
         [

@@ -28,6 +28,7 @@ import grpc
 
 from quasar.broker.rocketmq.client_activity import ClientActivity
 from quasar.broker.rocketmq.clients import ClientRegistry
+from quasar.broker.rocketmq.consume import ConsumeActivity
 from quasar.broker.rocketmq.context import RocketMQContext, RocketMQSettings, call_metadata
 from quasar.broker.rocketmq.pull import PullActivity
 from quasar.broker.rocketmq.route import RouteActivity
@@ -48,6 +49,7 @@ HANDLER_GROUPS: tuple[Callable[[RocketMQContext], object], ...] = (
     ClientActivity,
     SendActivity,
     PullActivity,  # rmqpull: QueryOffset, PullMessage, GetOffset, UpdateOffset
+    ConsumeActivity,
     # rmqconsume and rmqpull: one line each for their handler group
 )
 """The handler groups of the servicer, in lookup order (the first with a method of an RPC's name serves it)."""
