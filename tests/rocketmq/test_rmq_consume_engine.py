@@ -84,7 +84,7 @@ async def publish(topic: PersistentTopic, *entries: bytes) -> None:
 async def test_pop_hides_acks_and_redelivers_with_the_next_attempt(topic):
     await publish(topic, *(entry(i) for i in range(5)))
     queue, _ = await queue_on(topic)
-    first = await pop(queue, 3, invisible_ms=150)
+    first = await pop(queue, 3, invisible_ms=1000)
     assert [body(i) for i in first] == [b"m0", b"m1", b"m2"] and all(i.attempt == 1 for i in first)
     second = await pop(queue, 10)
     assert [body(i) for i in second] == [b"m3", b"m4"]  # the first three stay invisible
@@ -92,7 +92,7 @@ async def test_pop_hides_acks_and_redelivers_with_the_next_attempt(topic):
     queue.ack(first[0])
     assert queue.lookup(first[1].queue_offset, first[1].retrieve_ms) is first[1]
     assert queue.lookup(first[1].queue_offset, first[1].retrieve_ms + 1) is None  # forged receipt
-    again = await pop(queue, 10, wait_s=2)  # long poll until the invisible time lapses
+    again = await pop(queue, 10, wait_s=5)  # long poll until the invisible time lapses
     assert sorted(body(i) for i in again) == [b"m1", b"m2"] and all(i.attempt == 2 for i in again)
     assert queue.lookup(first[1].queue_offset, first[1].retrieve_ms) is None  # the old receipt is stale
     for item in [*again, *second]:
@@ -127,7 +127,7 @@ async def test_max_attempts_dead_letters_and_acks(topic):
     queue, letters = await queue_on(topic, max_delivery_attempts=2, retry_after_ms=50)
     letters.fail = 1
     for attempt in (1, 2):
-        (item,) = await pop(queue, 1, invisible_ms=50, wait_s=2)
+        (item,) = await pop(queue, 1, invisible_ms=50, wait_s=5)
         assert item.attempt == attempt
     assert await pop(queue, 1, wait_s=0.5) == []  # third delivery: dead-lettered instead (once failing)
     for _ in range(100):
@@ -170,7 +170,7 @@ async def test_fifo_hands_a_group_its_next_message_after_the_ack(topic):
     queue.ack(first[0])
     (nxt,) = await pop(queue, 10, invisible_ms=100)
     assert body(nxt) == b"m1"
-    (again,) = await pop(queue, 10, wait_s=2)  # m1's time lapses: m1 again, never m3 before it
+    (again,) = await pop(queue, 10, wait_s=5)  # m1's time lapses: m1 again, never m3 before it
     assert (body(again), again.attempt) == (b"m1", 2)
     queue.ack(again)
     (last,) = await pop(queue, 10)
@@ -219,7 +219,7 @@ async def test_batch_indexes_are_acked_one_by_one(topic):
     assert queue.acked_indexes(item) == 0b101
     with pytest.raises(ValueError, match="outside"):
         queue.ack_index(item, 3, 3)
-    (again,) = await pop(queue, 1, wait_s=2)  # redelivered: the cursor still knows index 1 is acked
+    (again,) = await pop(queue, 1, wait_s=5)  # redelivered: the cursor still knows index 1 is acked
     assert again.attempt == 2 and queue.acked_indexes(again) == 0b101
     queue.ack_index(again, 0, 3)
     queue.ack_index(again, 2, 3)
@@ -233,10 +233,10 @@ async def test_auto_renew_keeps_an_entry_hidden_while_its_client_is_connected(to
     alive = {"c1"}
     queue = PopQueue(sub, group="g", dead_letter=Letters(), key_of=key_of, is_alive=alive.__contains__)
     (item,) = await PopWaiter(1, 100, owner="c1", auto_renew=True).wait([queue], 0.05)
-    assert await pop(queue, 1, wait_s=0.4) == []  # renewed several times meanwhile
+    assert await pop(queue, 1, wait_s=0.5) == []  # renewed several times meanwhile
     assert queue.lookup(item.queue_offset, item.retrieve_ms) is item  # the same receipt still works
     alive.clear()  # the client went away: no more renewals
-    (again,) = await pop(queue, 1, wait_s=2)
+    (again,) = await pop(queue, 1, wait_s=5)
     assert again.attempt == 2
 
 
@@ -267,6 +267,32 @@ async def test_a_queue_whose_subscription_was_dropped_closes_itself(topic):
     (item,) = await PopWaiter(1, 50).wait([queue], 0.05)
     current[0] = False  # the topic was unloaded: the timer must not redeliver into the dropped subscription
     redelivered = sub.redelivery_counts.copy()
-    await asyncio.sleep(0.2)
+    for _ in range(100):  # the timer fires after 50 ms (bounded wait, 5 s at most)
+        if queue.closed:
+            break
+        await asyncio.sleep(0.05)
     assert queue.closed and queue.lookup(item.queue_offset, item.retrieve_ms) is None
     assert sub.redelivery_counts == redelivered
+
+
+async def test_a_receive_cancelled_while_waiting_leaves_nothing_in_flight(topic):
+    queue, _ = await queue_on(topic)
+    waiting = asyncio.create_task(pop(queue, 4, wait_s=5))
+    await asyncio.sleep(0.05)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert queue.idle  # the waiter left: no permits, nothing held, the virtual consumer detached
+    await publish(topic, entry(0))
+    (item,) = await pop(queue, 1)
+    assert item.attempt == 1
+
+
+async def test_repeated_invisible_time_changes_keep_the_expiry_heap_bounded(topic):
+    await publish(topic, entry(0))
+    queue, _ = await queue_on(topic)
+    (item,) = await pop(queue, 1)
+    for _ in range(5000):
+        retrieve = queue.change_invisible(item, 60_000)
+    assert len(queue._expiry) <= 4 + 1024 + 1
+    assert queue.lookup(item.queue_offset, retrieve) is item

@@ -5,6 +5,8 @@ unacknowledged messages found again after a broker restart."""
 
 from __future__ import annotations
 
+import concurrent.futures
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -107,6 +109,25 @@ def test_receive_ack_and_invisibility(rmq_broker: BrokerProcess, clients: Any) -
     for message in got:
         consumer.ack(message)
     assert _backlog(rmq_broker, topic, group) == 0
+
+
+def test_a_new_group_starts_at_the_end_of_the_queue(rmq_broker: BrokerProcess, clients: Any) -> None:
+    topic, group = _name("t"), _name("g")
+    producer = clients.producer(topic)
+    _send(producer, topic, b"before the group")
+    consumer = clients.consumer(topic, group)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(consumer.receive, 16, 15)  # creates the group's subscription, then long-polls
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            status, stats = admin(rmq_broker, "GET", f"/admin/v2/persistent/public/default/{topic}/stats")
+            if status == 200 and group in stats["subscriptions"]:
+                break
+            time.sleep(0.05)
+        sent = _send(producer, topic, b"after the group")
+        got = waiting.result(timeout=15)
+    assert [(m.message_id, m.body) for m in got] == [(sent, b"after the group")]
+    consumer.ack(got[0])
 
 
 def test_change_invisible_duration_redelivers_with_the_next_attempt(

@@ -378,12 +378,17 @@ class PopQueue:
         if item.renew_until_ms:  # renewed ahead by at most half a step: the next due time is always later
             due -= min(RENEW_AHEAD_MS, item.renew_step_ms // 2)
         heapq.heappush(self._expiry, (due, item.queue_offset, item.version))
+        if len(self._expiry) > 4 * len(self._inflight) + 1024:  # superseded entries pile up: drop them
+            self._expiry = [
+                e for e in self._expiry if (i := self._inflight.get(e[1])) is not None and i.version == e[2]
+            ]
+            heapq.heapify(self._expiry)
         self._arm()
 
     def _renew(self, item: PopItem, now: int) -> bool:
         """Extend an auto-renewed entry whose client is still there; False when it is not renewable."""
-        if not item.renew_until_ms or item.renew_until_ms <= now or now >= item.expires_ms:
-            return False
+        if not item.renew_until_ms or item.renew_until_ms <= now:
+            return False  # (a timer late past the expiry still renews: the entry was not handed out again)
         is_alive = self._is_alive
         if is_alive is not None and not is_alive(item.owner):
             return False

@@ -246,7 +246,12 @@ class ConsumeActivity:
         out: list[tuple[PopItem, Any]] = []
         while True:
             waiter = PopWaiter(batch, invisible_ms, owner=client_id, auto_renew=request.auto_renew)
-            items = await waiter.wait(queues, max(loop_deadline - time.monotonic(), 0.0))
+            try:
+                items = await waiter.wait(queues, max(loop_deadline - time.monotonic(), 0.0))
+            except BaseException:  # cancelled (the client went away) or a queue refused: nothing was sent
+                for item in waiter.items:
+                    item.queue.give_back(item)
+                raise
             for item in items:
                 out.extend(self._messages(request, item, tags))
             if out or time.monotonic() >= loop_deadline:
