@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -106,9 +107,30 @@ _MAX_HEADER = 1024
 """Longest ``x-mq-*`` value kept (longer ones are refused as BAD_REQUEST)."""
 
 
+_CURRENT_CALL: ContextVar[tuple[Any, CallMetadata] | None] = ContextVar("rocketmq_call", default=None)
+"""The metadata of the call the current task serves (grpc.aio runs each call in its own task), so the
+servicer's admission check and the handler parse the headers once per call."""
+
+
+_CURRENT_ROLE: ContextVar[tuple[Any, str | None] | None] = ContextVar("rocketmq_role", default=None)
+"""The role of the call the current task serves (see :meth:`RocketMQContext.role`)."""
+
+_MAX_CACHED_NAMES = 100_000
+"""Topics whose parsed name and round-robin position are kept at most (all dropped past it)."""
+
+
 def call_metadata(context: Any) -> CallMetadata:
-    """The call's RocketMQ headers. Raises RocketMQError CLIENT_ID_REQUIRED without ``x-mq-client-id``,
-    BAD_REQUEST for a header longer than 1 KiB."""
+    """The call's RocketMQ headers (parsed once per call, then kept for the rest of it). Raises RocketMQError
+    CLIENT_ID_REQUIRED without ``x-mq-client-id``, BAD_REQUEST for a header longer than 1 KiB."""
+    current = _CURRENT_CALL.get()
+    if current is not None and current[0] is context:
+        return current[1]
+    metadata = _parse_call_metadata(context)
+    _CURRENT_CALL.set((context, metadata))
+    return metadata
+
+
+def _parse_call_metadata(context: Any) -> CallMetadata:
     headers: dict[str, str] = {}
     for item in context.invocation_metadata() or ():
         key, value = item[0], item[1]
@@ -220,6 +242,7 @@ class RocketMQContext:
     transactions: Transactions | None = None
     """The transaction service of this listener (set by ``server.RocketMQListener``)."""
     _round_robin: dict[str, int] = field(default_factory=dict)
+    _topic_names: dict[tuple[str, str], TopicName] = field(default_factory=dict)
     authenticator: RocketMQAuthenticator = field(init=False)
 
     def __post_init__(self) -> None:
@@ -236,22 +259,36 @@ class RocketMQContext:
         """The role of the call (``auth.RocketMQAuthenticator``: cached per credential); None with
         authentication off. Raises RocketMQError UNAUTHORIZED. Handlers check permissions with it, e.g.
         ``service.security.check_consume(ctx.role(context), topic, group)`` (PermissionDeniedError maps to
-        FORBIDDEN through ``status.code_of``)."""
-        return self.authenticator.role(context)
+        FORBIDDEN through ``status.code_of``). Found once per call (the servicer's admission check), then
+        kept for the rest of the call."""
+        current = _CURRENT_ROLE.get()
+        if current is not None and current[0] is context:
+            return current[1]
+        role = self.authenticator.role(context)
+        _CURRENT_ROLE.set((context, role))
+        return role
 
     # ------------------------------------------------------------------ topics
     def topic_name(self, resource: Any, metadata: CallMetadata) -> TopicName:
         """The Pulsar topic of a RocketMQ ``Resource``. Raises RocketMQError ILLEGAL_TOPIC for a name RocketMQ
-        or Pulsar refuses."""
+        or Pulsar refuses. Names that passed are kept (bounded), so a producer's sends parse its topic once."""
         name = resource.name
-        check_topic(name)
         namespace = resource.resource_namespace or metadata.namespace or DEFAULT_NAMESPACE
+        key = (namespace, name)
+        known = self._topic_names.get(key)
+        if known is not None:
+            return known
+        check_topic(name)
         try:
-            return TopicName.parse(f"persistent://{TENANT}/{namespace}/{name}")
+            topic = TopicName.parse(f"persistent://{TENANT}/{namespace}/{name}")
         except InvalidTopicNameError as exc:
             raise RocketMQError(
                 Code.ILLEGAL_TOPIC, f"topic {name!r} in namespace {namespace!r}: {exc}"
             ) from None
+        if len(self._topic_names) >= _MAX_CACHED_NAMES:
+            self._topic_names.clear()
+        self._topic_names[key] = topic
+        return topic
 
     def queue_count(self, topic: TopicName) -> int:
         """Queues of ``topic``: its partitions, or 1 for a non-partitioned topic. Raises RocketMQError
@@ -278,12 +315,13 @@ class RocketMQContext:
 
     def next_queue(self, topic: TopicName, queues: int) -> int:
         """Round-robin queue choice for a message without a message group (the proxy's default selector)."""
-        index = self._round_robin.get(topic.full_name, -1) + 1
+        full_name = topic.full_name
+        index = self._round_robin.get(full_name, -1) + 1
         if index >= queues:
             index = 0
-        if len(self._round_robin) > 100_000:  # bounded: one int per topic sent to
+        if len(self._round_robin) > _MAX_CACHED_NAMES:  # bounded: one int per topic sent to
             self._round_robin.clear()
-        self._round_robin[topic.full_name] = index
+        self._round_robin[full_name] = index
         return index
 
     # ------------------------------------------------------------------ routes

@@ -103,6 +103,12 @@ SYSTEM_PROPERTIES = frozenset({PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY, 
 DEFAULT_MAX_BODY_SIZE = 4 * 1024 * 1024
 """RocketMQ's ``maxMessageSize`` (4 MiB): larger bodies are MESSAGE_BODY_TOO_LARGE."""
 
+_NORMAL, _FIFO, _DELAY = (
+    definition.MessageType.NORMAL,
+    definition.MessageType.FIFO,
+    definition.MessageType.DELAY,
+)  # looked up once: protobuf's enum wrapper resolves names through __getattr__ on every access
+
 _POSITION_ID_VERSION = "00"
 """First two hex digits of a position message id; the clients' own ids start with "01" (MessageIdCodec V1)."""
 
@@ -219,12 +225,12 @@ def map_message(
         message_type = definition.MessageType.TRANSACTION
     elif group:
         metadata.ordering_key = group.encode()
-        message_type = definition.MessageType.FIFO
+        message_type = _FIFO
     elif delivery_ms:
         metadata.deliver_at_time = delivery_ms
-        message_type = definition.MessageType.DELAY
+        message_type = _DELAY
     else:
-        message_type = definition.MessageType.NORMAL
+        message_type = _NORMAL
     return MappedMessage(
         topic=message.topic.name,
         body=body,

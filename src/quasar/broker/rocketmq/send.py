@@ -44,6 +44,9 @@ __all__ = ["SendActivity"]
 
 log = logging.getLogger(__name__)
 
+_OK = ok_status()
+"""The OK status every successful entry and response copies."""
+
 _SEND_ERRORS = {
     ServerError.TopicTerminatedError: Code.FORBIDDEN,
     ServerError.NotAllowedError: Code.FORBIDDEN,
@@ -64,6 +67,8 @@ class _ProducerLink:
         self._record = record
         self._waiting: dict[int, asyncio.Future[Position]] = {}
         self.producer: Producer | None = None
+        self.topic: Any = None
+        """The topic of :attr:`producer` (kept after the producer is closed, for the answer's offset)."""
         self.next_sequence_id = 0
 
     def publish(self, mapped: MappedMessage) -> asyncio.Future[Position]:
@@ -135,23 +140,28 @@ class SendActivity:
 
     async def SendMessage(self, request: Any, context: Any) -> Any:
         metadata = call_metadata(context)
-        messages = list(request.messages)
+        messages = request.messages
         if not messages:
             raise RocketMQError(Code.MESSAGE_CORRUPTED, "no message to send")
-        if len({(m.topic.resource_namespace, m.topic.name) for m in messages}) > 1:
+        if len(messages) > 1 and len({(m.topic.resource_namespace, m.topic.name) for m in messages}) > 1:
             raise RocketMQError(Code.MESSAGE_CORRUPTED, "all messages of one request must name one topic")
         record = self.context.clients.touch(metadata.client_id)
         role = self.context.role(context)
         response = service.SendMessageResponse()
+        if len(messages) == 1:  # what the clients send: errors become the response's status
+            message = messages[0]
+            offset = await self._send_one(message, metadata, record, role)
+            message_id = message.system_properties.message_id
+            response.entries.add(status=_OK, offset=offset, message_id=message_id, transaction_id=message_id)
+            response.status.CopyFrom(_OK)
+            return response
         for message in messages:
             entry = response.entries.add()
             try:
                 entry.offset = await self._send_one(message, metadata, record, role)
                 entry.message_id = entry.transaction_id = message.system_properties.message_id
-                entry.status.CopyFrom(ok_status())
+                entry.status.CopyFrom(_OK)
             except RocketMQError as exc:
-                if len(messages) == 1:
-                    raise
                 entry.status.CopyFrom(new_status(exc.code, exc.message))
         codes = {e.status.code for e in response.entries}
         if len(codes) == 1:
@@ -188,6 +198,7 @@ class SendActivity:
             return int(await ctx.transaction_service().prepare(mapped, partition, queue_id, namespace))
         try:
             link = await self._link(record, partition, metadata)
+            written = link.topic
             position = await link.publish(mapped)
         except RocketMQError:
             raise
@@ -196,8 +207,7 @@ class SendActivity:
             if code == Code.INTERNAL_SERVER_ERROR:
                 log.warning("RocketMQ send to %s failed: %r", partition.full_name, exc)
             raise RocketMQError(code, f"send to {partition.full_name} failed: {exc}") from None
-        loaded = ctx.service.topics.get(partition.full_name)
-        ledger = getattr(loaded, "ledger", None)
+        ledger = getattr(written, "ledger", None)  # the topic the entry went through
         offset = ledger.table.offset_of(position) if ledger is not None else None
         return -1 if offset is None else offset
 
@@ -227,6 +237,7 @@ class SendActivity:
                 Code.TOO_MANY_REQUESTS, f"{partition.full_name} is held by an exclusive producer"
             )
         link.producer = producer
+        link.topic = topic
         link.next_sequence_id = topic.dedup.last_published_sequence_id(name) + 1
         if record.resources.get(key) is not None:
             record.resources[key].close()

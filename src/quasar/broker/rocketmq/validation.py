@@ -7,6 +7,7 @@ message naming the bad value; nothing here does I/O.
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from collections.abc import Iterable, Mapping
@@ -75,6 +76,7 @@ def _has_control(text: str) -> bool:
     return any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in text)
 
 
+@functools.lru_cache(maxsize=4096)  # a valid name is checked once (a refusal raises, which is not cached)
 def check_topic(name: str) -> None:
     """ILLEGAL_TOPIC for a blank name, more than 127 characters, characters outside ``[%|a-zA-Z0-9_-]``, or a
     system topic."""
@@ -148,7 +150,8 @@ def check_properties(properties: Mapping[str, str], tag: str | None, keys: Itera
             f"{len(properties)} user properties, more than {MAX_USER_PROPERTIES}",
         )
     size = len(tag.encode()) if tag else 0
-    size += sum(len(key.encode()) for key in keys)
+    if keys:
+        size += sum(len(key.encode()) for key in keys)
     for key, value in properties.items():
         if not key.strip():
             raise RocketMQError(Code.ILLEGAL_MESSAGE_PROPERTY_KEY, "property key cannot be blank")
