@@ -170,3 +170,18 @@ def test_a_trimmed_start_is_data_loss_as_on_the_message_path(broker, mixed_topic
         _bulk(adapter, tp, gone, end)
     tolerant = read_batches(adapter, tp, gone, end, poll_timeout_ms=5000, fail_on_data_loss=False)
     assert sum(b.num_rows for b in tolerant) == _messages(adapter, tp, EARLIEST, end).num_rows
+
+
+def test_entry_readers_are_refused_where_they_cannot_work(broker, mixed_topic):
+    client = _adapter(broker).client()
+    with pytest.raises(ValueError, match="reads one topic partition"):
+        client.create_reader(mixed_topic, EARLIEST_ID, deliver_entries=True)  # the partitioned parent
+    with pytest.raises(ValueError, match="reader_listener"):
+        client.create_reader(f"{mixed_topic}-partition-0", EARLIEST_ID, deliver_entries=True,
+                             reader_listener=lambda r, m: None)  # fmt: skip
+    messages = client.create_reader(f"{mixed_topic}-partition-0", EARLIEST_ID)
+    try:
+        with pytest.raises(TypeError, match="deliver_entries=True"):
+            messages.read_entries(5, 2000)
+    finally:
+        messages.close()
