@@ -4,7 +4,8 @@ The executors' bulk path: a reader with ``deliver_entries`` (:class:`quasar.clie
 whole entries; :func:`entries_to_batch` has the compiled decoder (``quasar.spark._columns_c``, twin
 ``_columns_py``, picked by :func:`quasar.native.load_twin`; ``QUASAR_PURE_PYTHON=1`` forces the twin) build
 every column's buffers in one pass with the GIL released, and wraps them with ``pyarrow.Array.from_buffers``
-(zero copy). ``topic`` and ``partition`` are constant per input partition (``pyarrow.repeat``).
+(zero copy). ``topic`` and ``partition`` are constant per input partition: their buffers are repeated
+bytes (not ``pyarrow.repeat`` of a ``pyarrow.scalar``, which imports pandas, 0.3 s in every Python worker).
 
 The rows are the message path's (:func:`quasar.spark.schema.to_arrow_batches` of the same range) byte for
 byte: the decoder's docstring lists each column's source.
@@ -13,6 +14,7 @@ byte: the decoder's docstring lists each column's source.
 from __future__ import annotations
 
 import logging
+from array import array
 from typing import Any
 
 from quasar.native import load_twin
@@ -62,8 +64,8 @@ def entries_to_batch(
     columns = [
         pa.Array.from_buffers(pa.string(), rows, [key_valid, key_off, key]),
         pa.Array.from_buffers(pa.binary(), rows, [None, value_off, value]),
-        pa.repeat(pa.scalar(topic, pa.string()), rows),
-        pa.repeat(pa.scalar(partition, pa.int32()), rows),
+        _constant_string(pa, topic, rows),
+        pa.Array.from_buffers(pa.int32(), rows, [None, pa.py_buffer(array("i", [partition]) * rows)]),
         pa.Array.from_buffers(pa.binary(), rows, [None, id_off, id_data]),
         pa.Array.from_buffers(pa.int64(), rows, [None, ledger_ids]),
         pa.Array.from_buffers(pa.int64(), rows, [None, entry_ids]),
@@ -74,3 +76,10 @@ def entries_to_batch(
         pa.Array.from_buffers(pa.int32(), rows, [None, redelivery]),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _constant_string(pa: Any, text: str, rows: int) -> Any:
+    """A string array of ``rows`` times ``text``."""
+    raw = text.encode()
+    offsets = array("i", range(0, (rows + 1) * len(raw), len(raw))) if raw else array("i", [0]) * (rows + 1)
+    return pa.Array.from_buffers(pa.string(), rows, [None, pa.py_buffer(offsets), pa.py_buffer(raw * rows)])
