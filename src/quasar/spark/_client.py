@@ -10,9 +10,9 @@ What goes over which channel:
 | does a topic exist            | admin ``GET .../{topic}/lastMessageId`` (404: none; never auto-creates)   |
 | last message id               | admin ``GET .../lastMessageId`` (see below)                              |
 | topics of a namespace         | admin ``GET /admin/v2/persistent/{tenant}/{ns}`` and ``.../partitioned``   |
-| read a range                  | binary protocol: a non-durable Reader per topic partition, drained in    |
-|                               | chunks (``batch_receive`` on the reader's consumer, one loop round trip   |
-|                               | per chunk, not per message)                                              |
+| read a range (executors)      | ``open_reader(deliver_entries=True)``: whole entries, decoded in bulk by  |
+|                               | :mod:`quasar.spark.entry_scan`; ``read_range`` (messages, in chunks of    |
+|                               | ``read_batch``) for the driver's ``maxMessagesPerTrigger`` peek          |
 | end of the last entry         | the batch size carried in each MessageId; ``has_message_available``      |
 |                               | (GET_LAST_MESSAGE_ID) only when it is unknown                            |
 | first message at/after a time | Reader ``seek(publish time ms)``                                         |
