@@ -65,12 +65,14 @@ proto: $(VENV)/.installed-dev
 	sh scripts/gen_proto.sh
 
 ## make bench: produce_consume.py, rocketmq.py (the RocketMQ client on Quasar, on a do-nothing gRPC server and
-## beside the Pulsar client), then Quasar beside Redis and RabbitMQ in one sitting (peers_compare.py);
-## scripts/setup_bench_peers.sh installs the peers (Debian packages, a bench venv) and needs root
+## beside the Pulsar client), the Spark connector beside Parquet (spark.py, needs Java 17+), then Quasar
+## beside Redis and RabbitMQ in one sitting (peers_compare.py); scripts/setup_bench_peers.sh installs the peers
+## (Debian packages, a bench venv) and needs root
 bench: $(VENV)/.installed-run $(VENV)/.built-ext
-	$(BIN)/python -m pip install --quiet -e '.[demo,bench]'
+	$(BIN)/python -m pip install --quiet -e '.[demo,spark,bench]'
 	$(BIN)/python benchmarks/produce_consume.py
 	$(BIN)/python benchmarks/rocketmq.py
+	$(BIN)/python benchmarks/spark.py
 	bash scripts/setup_bench_peers.sh
 	$(BIN)/python benchmarks/peers_compare.py
 

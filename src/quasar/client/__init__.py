@@ -37,6 +37,7 @@ from .config import (
     ProducerConfig,
     ReaderConfig,
 )
+from .entries import StoredEntry
 from .errors import (
     AlreadyClosedError,
     AuthenticationError,
@@ -94,4 +95,5 @@ __all__ = [
     "ReaderConfig",
     "ReceiveTimeoutError",
     "SendTimeoutError",
+    "StoredEntry",
 ]

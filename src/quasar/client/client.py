@@ -198,6 +198,8 @@ class AsyncClient:
         )
         partitions = await self.lookup.get_partitioned_metadata(name)
         consumer: Consumer | MultiTopicsConsumer
+        if partitions > 0 and config.deliver_entries:
+            raise ValueError(f"deliver_entries reads one topic partition; {name} has {partitions} partitions")
         if partitions > 0:
             consumer = MultiTopicsConsumer(
                 self, [name], subscription, consumer_config, durable=False,
@@ -207,6 +209,7 @@ class AsyncClient:
             consumer = Consumer(
                 self, name, subscription, consumer_config, partition=parsed.partition_index, durable=False,
                 start_message_id=config.start_message_id, start_inclusive=config.start_message_id_inclusive,
+                deliver_entries=config.deliver_entries,
             )  # fmt: skip
         await consumer.start()
         reader = Reader(consumer, config.start_message_id, config.start_message_id_inclusive)

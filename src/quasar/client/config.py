@@ -436,6 +436,9 @@ class ReaderConfig:
         receiver_queue_size: 1000. reader_name: None. subscription_role_prefix: ``"reader"``.
         start_message_id_inclusive: deliver ``start_message_id`` itself; False.
         reader_listener: ``f(reader, message)``.
+        deliver_entries: queue whole entries (:class:`~quasar.client.entries.StoredEntry`, read with
+            ``read_entries``) instead of messages; a Quasar extension for bulk readers, one topic partition
+            (or non-partitioned topic) only, no listener. False.
     """
 
     start_message_id: MessageId
@@ -445,6 +448,7 @@ class ReaderConfig:
     is_read_compacted: bool = False
     start_message_id_inclusive: bool = False
     reader_listener: Callable[[Any, Any], Any] | None = None
+    deliver_entries: bool = False
 
     def __post_init__(self) -> None:
         _check_type("start_message_id", self.start_message_id, MessageId)
@@ -455,6 +459,9 @@ class ReaderConfig:
         _check_type("start_message_id_inclusive", self.start_message_id_inclusive, bool)
         if self.reader_listener is not None and not callable(self.reader_listener):
             raise TypeError(f"reader_listener must be callable, got {type(self.reader_listener).__name__}")
+        _check_type("deliver_entries", self.deliver_entries, bool)
+        if self.deliver_entries and self.reader_listener is not None:
+            raise ValueError("deliver_entries does not work with a reader_listener")
 
 
 def check_subscription_name(name: Any) -> str:

@@ -53,6 +53,7 @@ from .consumer_acks import Acknowledger
 from .consumer_flow import FlowControl
 from .consumer_incoming import DeliveryFilter
 from .context import ClientContext
+from .entries import EntryDelivery
 from .errors import AlreadyClosedError, ClientError, InvalidMessageError
 from .message import Message, ReceivedEntry, unpack_batch
 from .negative_acks import UnackedMessageTracker
@@ -82,6 +83,7 @@ class Consumer:
         durable: False for a reader's non-durable subscription.
         start_message_id / start_inclusive: where a reader starts (dropped below it).
         sink: the receiver queue of a multi-topic parent to deliver into (None: the consumer's own).
+        deliver_entries: queue whole entries (:mod:`quasar.client.entries`) instead of messages.
 
     Attributes:
         topic, subscription_name, consumer_name, consumer_id, partition (-1 if not a partition), config.
@@ -100,6 +102,7 @@ class Consumer:
         start_message_id: MessageId | None = None,
         start_inclusive: bool = False,
         sink: ReceiverQueue | None = None,
+        deliver_entries: bool = False,
     ) -> None:
         self._context = context
         self.topic = topic
@@ -135,6 +138,7 @@ class Consumer:
             create_producer=context.create_producer, tasks=self._tasks, give_back=self._flow.give_back,
         )  # fmt: skip
         self._receipts = config.ack_receipt_enabled
+        self._entries = EntryDelivery(self, self._flow, self._filter, self.queue) if deliver_entries else None
 
     # ------------------------------------------------------------------------------- properties --
 
@@ -307,6 +311,9 @@ class Consumer:
                 self._discard((ledger_id, entry_id), _DECOMPRESSION_ERROR)
                 return
         count = batch if batch is not None else 0
+        if self._entries is not None:
+            self._entries.deliver(ledger_id, entry_id, metadata, payload, count, redelivery_count)
+            return
         entry = ReceivedEntry(
             ledger_id,
             entry_id,

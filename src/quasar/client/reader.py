@@ -7,9 +7,12 @@ handed out.
 
 from __future__ import annotations
 
+from typing import Any
+
 from quasar.protocol import EARLIEST, LATEST, MessageId, SubType
 
 from .consumer import Consumer
+from .entries import StoredEntry
 from .message import Message
 from .multi_consumer import MultiTopicsConsumer
 
@@ -53,6 +56,21 @@ class Reader:
                 if child.config.consumer_type == SubType.Exclusive:
                     await child.acknowledge_cumulative(message)
         return messages
+
+    async def read_entries(self, max_entries: int = 100, timeout_millis: int = 100) -> list[StoredEntry]:
+        """Up to ``max_entries`` whole entries of a reader created with ``deliver_entries=True``
+        (:mod:`quasar.client.entries`): waits up to ``timeout_millis`` ms for the first, then takes what is
+        queued; ``[]`` when nothing came in time. The last one is acknowledged cumulatively (as
+        :meth:`read_batch`). Raises ValueError for a bad count, TypeError on a reader of messages."""
+        entries: list[Any] = await self._consumer.batch_receive(max_entries, timeout_millis)
+        if entries:
+            last = entries[-1]
+            if not isinstance(last, StoredEntry):
+                raise TypeError("read_entries needs a reader created with deliver_entries=True")
+            child = last.consumer
+            if child.config.consumer_type == SubType.Exclusive:
+                await child.acknowledge_cumulative(last.message_id())
+        return entries
 
     async def has_message_available(self) -> bool:
         """True when a message is queued or the topic has messages after the last one read."""

@@ -31,6 +31,7 @@ from quasar.protocol import MessageId
 
 from .client import AsyncClient
 from .consumer import Consumer as AsyncConsumer
+from .entries import StoredEntry
 from .errors import ClientError
 from .message import Message, make_outgoing
 from .multi_consumer import MultiTopicsConsumer
@@ -444,6 +445,11 @@ class Reader:
         """Up to ``max_num_messages`` messages in one loop round trip (``[]`` after ``timeout_millis`` ms with
         none); a Quasar extension, see :meth:`quasar.client.reader.Reader.read_batch`."""
         return self._runner.run(self._reader.read_batch(max_num_messages, timeout_millis))
+
+    def read_entries(self, max_entries: int = 100, timeout_millis: int = 100) -> list[StoredEntry]:
+        """Up to ``max_entries`` whole entries in one loop round trip (``[]`` after ``timeout_millis`` ms with
+        none); see :meth:`quasar.client.reader.Reader.read_entries` (``deliver_entries=True`` readers)."""
+        return self._runner.run(self._reader.read_entries(max_entries, timeout_millis))
 
     def has_message_available(self) -> bool:
         """True when there is something left to read."""

@@ -10,9 +10,9 @@ What goes over which channel:
 | does a topic exist            | admin ``GET .../{topic}/lastMessageId`` (404: none; never auto-creates)   |
 | last message id               | admin ``GET .../lastMessageId`` (see below)                              |
 | topics of a namespace         | admin ``GET /admin/v2/persistent/{tenant}/{ns}`` and ``.../partitioned``   |
-| read a range                  | binary protocol: a non-durable Reader per topic partition, drained in    |
-|                               | chunks (``batch_receive`` on the reader's consumer, one loop round trip   |
-|                               | per chunk, not per message)                                              |
+| read a range (executors)      | ``open_reader(deliver_entries=True)``: whole entries, decoded in bulk by  |
+|                               | :mod:`quasar.spark.entry_scan`; ``read_range`` (messages, in chunks of    |
+|                               | ``read_batch``) for the driver's ``maxMessagesPerTrigger`` peek          |
 | end of the last entry         | the batch size carried in each MessageId; ``has_message_available``      |
 |                               | (GET_LAST_MESSAGE_ID) only when it is unknown                            |
 | first message at/after a time | Reader ``seek(publish time ms)``                                         |
@@ -82,6 +82,8 @@ _CLIENTS_LOCK = threading.Lock()
 
 #: Messages taken from a reader per loop round trip at most (its receiver queue bounds it too).
 _CHUNK = 1000
+#: Receiver queue (flow permits, counted in messages) of an entry reader: ~50 batches of 1000 in flight.
+_ENTRY_QUEUE = 50_000
 
 
 def _close(reader: Any, topic_partition: str) -> None:
@@ -234,17 +236,22 @@ class BrokerClient:
         return status
 
     # ------------------------------------------------------------------ reading (driver and executors)
-    def _reader(
+    def open_reader(
         self,
         topic_partition: str,
         start: Position,
         reader_conf: tuple[tuple[str, str], ...],
         *,
         inclusive_entry: bool,
+        deliver_entries: bool = False,
     ) -> Any:
         """A non-durable :class:`quasar.client.Reader` at ``start``'s entry (OptionError for bad
-        ``quasar.reader.*`` values, BrokerUnavailableError when it cannot be opened)."""
-        kwargs = {"receiver_queue_size": 2000, **convert(reader_conf, READER_PARAMS, "quasar.reader.")}
+        ``quasar.reader.*`` values, BrokerUnavailableError when it cannot be opened); ``deliver_entries``: one
+        that hands out whole entries (:class:`quasar.client.StoredEntry`) with a larger receiver queue."""
+        queue = _ENTRY_QUEUE if deliver_entries else 2000
+        kwargs = {"receiver_queue_size": queue, **convert(reader_conf, READER_PARAMS, "quasar.reader.")}
+        if deliver_entries:
+            kwargs["deliver_entries"] = True
         message_id = EARLIEST_ID if start.is_earliest else MessageId(start.ledger_id, max(start.entry_id, 0))
         client = self.client()
         try:
@@ -284,7 +291,7 @@ class BrokerClient:
         """
         if end.key <= start.key:
             return
-        reader = self._reader(topic_partition, start, reader_conf, inclusive_entry=True)
+        reader = self.open_reader(topic_partition, start, reader_conf, inclusive_entry=True)
         try:
             yield from _RangeScan(reader, topic_partition, start, end, poll_timeout_ms, fail_on_data_loss)
         finally:
@@ -298,7 +305,7 @@ class BrokerClient:
         last = self.last_position(topic_partition)
         if last.is_earliest:
             return EARLIEST
-        reader = self._reader(topic_partition, EARLIEST, (), inclusive_entry=True)
+        reader = self.open_reader(topic_partition, EARLIEST, (), inclusive_entry=True)
         try:
             reader.seek(int(publish_time_ms))
             mid = reader.read_next(poll_timeout_ms).message_id()

@@ -6,7 +6,8 @@ one :class:`QuasarPartition` per topic partition with data. ``minPartitions`` sp
 further, at entry boundaries, when a range lies within one ledger (entry ids are contiguous there; across a
 ledger boundary the entry count is unknown without reading, so such ranges stay whole).
 
-``read()`` runs on the executors: one reader per partition reads ``(start, end]`` and yields Arrow batches.
+``read()`` runs on the executors: one reader per partition reads ``(start, end]`` as whole stored entries and
+yields Arrow batches built in compiled code (:mod:`quasar.spark.entry_scan`, :mod:`quasar.spark.columns`).
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from quasar.spark._client import BrokerClient
+from quasar.spark.entry_scan import read_batches
 from quasar.spark.errors import DataLossError, OptionError, TopicNotFoundError
 from quasar.spark.options import ReadConfig
 from quasar.spark.positions import EARLIEST, Position, StartSpec, partition_index, position_before
-from quasar.spark.schema import to_arrow_batches
 
 __all__ = [
     "QuasarBatchReader",
@@ -186,9 +187,11 @@ def _split(ranges: list[tuple[str, Position, Position]], want: int) -> list[tupl
 
 
 def read_partition(config: ReadConfig, partition: QuasarPartition) -> Iterator[Any]:
-    """Arrow batches of one input partition (runs on an executor)."""
-    topic, index = partition_index(partition.topic_partition)
-    messages = broker_client(config).read_range(
+    """Arrow batches of one input partition (runs on an executor): whole entries read in bulk and decoded in
+    compiled code (:mod:`quasar.spark.entry_scan`); the same rows as the message path
+    (``BrokerClient.read_range`` + :func:`~quasar.spark.schema.to_arrow_batches`)."""
+    return read_batches(
+        broker_client(config),
         partition.topic_partition,
         partition.start,
         partition.end,
@@ -196,7 +199,6 @@ def read_partition(config: ReadConfig, partition: QuasarPartition) -> Iterator[A
         fail_on_data_loss=config.fail_on_data_loss,
         reader_conf=config.reader_conf,
     )
-    return to_arrow_batches(messages, topic, index)
 
 
 class QuasarBatchReader(DataSourceReader):

@@ -1,4 +1,5 @@
-"""The read schema of ``format("quasar")`` and the Arrow batches ``read()`` yields.
+"""The read schema of ``format("quasar")`` and the message-by-message path's Arrow batches
+(:func:`to_arrow_batches`: the reference the bulk path, :mod:`quasar.spark.columns`, is tested against).
 
 | column          | Spark type         | Arrow type            | source                                         |
 |-----------------|--------------------|-----------------------|------------------------------------------------|
