@@ -305,3 +305,15 @@ def _metadata() -> Any:
     from quasar.broker.rocketmq.context import CallMetadata
 
     return CallMetadata(client_id="c1")
+
+
+def test_the_body_limit_follows_a_smaller_pulsar_limit() -> None:
+    """RocketMQ's 4 MiB by default, capped at ``max_message_size`` (a broker configured for small messages
+    still starts); an explicit limit above ``max_message_size`` is refused."""
+    from quasar.broker.config import BrokerConfig
+
+    assert BrokerConfig().rocketmq_body_limit() == 4 * 1024 * 1024
+    assert BrokerConfig(max_message_size=10_000).rocketmq_body_limit() == 10_000
+    assert BrokerConfig(max_message_size=10_000, rocketmq_max_message_size=5_000).rocketmq_body_limit() == 5_000
+    with pytest.raises(ValueError, match="rocketmq_max_message_size"):
+        BrokerConfig(max_message_size=10_000, rocketmq_max_message_size=20_000)

@@ -423,7 +423,7 @@ class BrokerApp:
 
         config = self.config
         settings = RocketMQSettings(
-            max_body_size=config.rocketmq_max_message_size,
+            max_body_size=config.rocketmq_body_limit(),
             broker_name=config.broker_name or config.cluster_name,
             advertised_host=config.advertised_address,
             host_name=self.advertised_address,

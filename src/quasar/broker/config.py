@@ -64,6 +64,10 @@ _SCHEMA_STRATEGIES = ("ALWAYS_INCOMPATIBLE", "ALWAYS_COMPATIBLE", "BACKWARD", "F
 """Pulsar's SchemaCompatibilityStrategy values a broker default may take (not UNDEFINED)."""
 
 
+ROCKETMQ_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
+"""RocketMQ's ``maxMessageSize`` default (4 MiB)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BrokerConfig:
     """Everything ``quasar standalone`` needs.
@@ -359,9 +363,10 @@ class BrokerConfig:
     rocketmq_port_tls: int | None = None
     """Port of the RocketMQ gRPC listener over TLS (the broker's ``tls_*`` certificate files; None = off; 0 = a
     free port): the RocketMQ clients' ``tls_enable`` / ``enableSsl``."""
-    rocketmq_max_message_size: int = 4 * 1024 * 1024
+    rocketmq_max_message_size: int = 0
     """RocketMQ ``maxMessageSize``: bytes of a message body sent by a RocketMQ client (MESSAGE_BODY_TOO_LARGE
-    past it), pushed to producers as ``publishing.max_body_size``; at most ``max_message_size``."""
+    past it), pushed to producers as ``publishing.max_body_size``; at most ``max_message_size``. 0 = RocketMQ's
+    4 MiB, or ``max_message_size`` when that is smaller (:meth:`rocketmq_body_limit`)."""
     transaction_check_interval: int = 30_000
     """RocketMQ ``transactionCheckInterval`` (ms): how often unresolved transactional half messages are looked
     at and their producers asked (``rocketmq/transaction*.py``, docs/rocketmq-transactions.md)."""
@@ -444,11 +449,16 @@ class BrokerConfig:
             value = getattr(self, name)
             if type(value) is not int or not 0 < value <= 2**31 - 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if not 0 < self.rocketmq_max_message_size <= self.max_message_size:
+        if not 0 <= self.rocketmq_max_message_size <= self.max_message_size:
             raise ValueError(
-                f"rocketmq_max_message_size must be in 1..max_message_size ({self.max_message_size}),"
+                f"rocketmq_max_message_size must be in 0..max_message_size ({self.max_message_size}),"
                 f" got {self.rocketmq_max_message_size}"
             )
+
+    def rocketmq_body_limit(self) -> int:
+        """Bytes of the largest RocketMQ message body: ``rocketmq_max_message_size``, or with 0 RocketMQ's
+        4 MiB capped at ``max_message_size`` (a broker whose Pulsar limit is smaller keeps it for both)."""
+        return self.rocketmq_max_message_size or min(ROCKETMQ_MAX_MESSAGE_SIZE, self.max_message_size)
 
     def _check_authentication(self) -> None:
         for name in ("authentication_providers", "super_user_roles"):
