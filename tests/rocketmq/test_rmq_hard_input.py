@@ -173,31 +173,38 @@ def test_telemetry_without_settings_is_closed_after_the_channel_expiry(rmq_endpo
     assert stats["clients"] == 0 and stats["telemetryStreams"] == 0
 
 
-def test_a_newer_telemetry_stream_of_a_client_ends_the_older(rmq_endpoint, rmq_broker):
+def test_one_client_id_holds_at_most_four_telemetry_streams(rmq_endpoint, rmq_broker):
     d, s = _pb()
-    client_id = f"twice-{uuid.uuid4().hex[:6]}"
+    client_id = f"many-{uuid.uuid4().hex[:6]}"
     settings = s.TelemetryCommand(
         settings=d.Settings(client_type=d.ClientType.PRODUCER, publishing=d.Publishing())
     )
 
-    async def scenario() -> Any:
+    async def scenario() -> tuple[list[Any], dict[str, int], dict[str, int]]:
         async with grpc.aio.insecure_channel(rmq_endpoint) as channel:
             method = channel.stream_stream(
                 SERVICE + "Telemetry", s.TelemetryCommand.SerializeToString, s.TelemetryCommand.FromString
             )
-            older = method(metadata=metadata(client_id), timeout=20)
-            await older.write(settings)
-            assert (await older.read()).status.code == d.Code.OK
-            newer = method(metadata=metadata(client_id), timeout=20)
-            await newer.write(settings)
-            assert (await newer.read()).status.code == d.Code.OK
-            ended = await asyncio.wait_for(older.read(), 10)  # EOF: the broker ended it
-            assert ended is grpc.aio.EOF and await older.code() == grpc.StatusCode.OK
-            assert _stats(rmq_broker)["telemetryStreams"] >= 1
-            await newer.done_writing()
-            return await asyncio.wait_for(newer.code(), 10)
+            streams = []
+            for _ in range(6):
+                stream = method(metadata=metadata(client_id), timeout=20)
+                await stream.write(settings)
+                assert (await stream.read()).status.code == d.Code.OK
+                streams.append(stream)
+            for oldest in streams[:2]:  # ended by the broker: EOF, gRPC OK
+                assert await asyncio.wait_for(oldest.read(), 10) is grpc.aio.EOF
+                assert await oldest.code() == grpc.StatusCode.OK
+            held = await asyncio.to_thread(_stats, rmq_broker)
+            for stream in streams[2:]:
+                await stream.done_writing()
+            codes = [await asyncio.wait_for(stream.code(), 10) for stream in streams[2:]]
+            after = await asyncio.to_thread(_wait_stats, rmq_broker, 5, clients=0, telemetryStreams=0)
+            return codes, held, after
 
-    assert asyncio.run(scenario()) == grpc.StatusCode.OK
+    codes, held, after = asyncio.run(scenario())
+    assert codes == [grpc.StatusCode.OK] * 4
+    assert held["telemetryStreams"] == 4 and held["clients"] == 1
+    assert after["telemetryStreams"] == 0 and after["clients"] == 0  # the last stream took the client along
 
 
 async def _statuses(call: Any) -> list[int]:

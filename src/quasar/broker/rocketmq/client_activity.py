@@ -20,7 +20,7 @@ from typing import Any
 
 import grpc
 
-from quasar.broker.rocketmq.clients import TelemetrySession
+from quasar.broker.rocketmq.clients import MAX_STREAMS_PER_CLIENT, TelemetrySession
 from quasar.broker.rocketmq.context import CallMetadata, RocketMQContext, call_metadata
 from quasar.broker.rocketmq.status import Code, RocketMQError, new_status, ok_status
 from quasar.broker.rocketmq.stubs import definition, service
@@ -79,9 +79,10 @@ class ClientActivity:
         clients = self.context.clients
         record = clients.touch(metadata.client_id)
         session = TelemetrySession(context)
-        if record.telemetry is not None:
-            record.telemetry.end()  # a newer stream of the same client replaces (ends) the older one
-        record.telemetry = session
+        record.streams.append(session)
+        record.telemetry = session  # the newest stream carries the broker's commands
+        while len(record.streams) > MAX_STREAMS_PER_CLIENT:
+            record.streams.pop(0).end()
         settings_timeout_s = clients.idle_timeout_s
         try:
             while True:
@@ -95,18 +96,26 @@ class ClientActivity:
                         f"no client settings within {settings_timeout_s:g} s of opening Telemetry"
                     )
                     return
-                if command is None:
-                    return
-                current = clients.get(metadata.client_id)
-                if current is None or current.telemetry is not session:
-                    return  # the client was dropped meanwhile (terminated, or a newer stream)
+                if command is None or session.closed:
+                    return  # the client ended it, or the broker did (client dropped, too many streams)
                 record = clients.touch(metadata.client_id)
                 await self._command(command, record, session, metadata, context)
         finally:
             session.end()
-            current = clients.get(metadata.client_id)
-            if current is not None and current.telemetry is session:
-                clients.remove(metadata.client_id, "telemetry stream closed")
+            self._stream_closed(metadata.client_id, session)
+
+    def _stream_closed(self, client_id: str, session: TelemetrySession) -> None:
+        """Forget ``session``; the client goes (with its producers) when it was its last open stream."""
+        clients = self.context.clients
+        current = clients.get(client_id)
+        if current is None:
+            return
+        if session in current.streams:
+            current.streams.remove(session)
+        if current.telemetry is session:
+            current.telemetry = current.streams[-1] if current.streams else None
+            if current.telemetry is None:
+                clients.remove(client_id, "telemetry stream closed")
 
     async def _command(
         self, command: Any, record: Any, session: TelemetrySession, metadata: CallMetadata, context: Any

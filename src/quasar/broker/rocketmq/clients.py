@@ -29,6 +29,9 @@ __all__ = ["ClientRecord", "ClientRegistry", "ClientResource", "TelemetrySession
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_CLIENTS = 10_000
+MAX_STREAMS_PER_CLIENT = 4
+"""Telemetry streams one client id may hold open at once (the py client opens one per endpoint object it
+knows, the access point and the route's, often the same broker); past it the oldest is ended."""
 
 
 class ClientResource(Protocol):
@@ -40,8 +43,8 @@ class ClientResource(Protocol):
 class TelemetrySession:
     """One client's open Telemetry stream: :meth:`send` writes a ``TelemetryCommand`` to it (writes are
     serialized: gRPC allows one outstanding write per stream); :meth:`receive` reads the next command;
-    :meth:`end` ends the stream from the broker's side (a newer stream of the same client replaced it), so
-    one client id holds one stream, never a pile of them."""
+    :meth:`end` ends the stream from the broker's side (the client went, or opened more than
+    :data:`MAX_STREAMS_PER_CLIENT` streams: the oldest ends), so one client id cannot pile streams up."""
 
     def __init__(self, context: Any) -> None:
         self._context = context
@@ -94,14 +97,16 @@ class TelemetrySession:
 @dataclass(slots=True, eq=False)
 class ClientRecord:
     """One client: ``client_type`` (``ClientType`` value, 0 until Telemetry said), ``settings`` (its last
-    ``Settings``, None until then), ``group`` (a consumer's group, "" otherwise), ``telemetry`` (its stream,
-    when open), ``resources`` (by name), ``last_seen`` (``time.monotonic()`` of its last call)."""
+    ``Settings``, None until then), ``group`` (a consumer's group, "" otherwise), ``telemetry`` (its newest
+    open stream, the one commands are pushed on), ``streams`` (every open one, oldest first), ``resources``
+    (by name), ``last_seen`` (``time.monotonic()`` of its last call)."""
 
     client_id: str
     client_type: int = 0
     settings: Any = None
     group: str = ""
     telemetry: TelemetrySession | None = None
+    streams: list[TelemetrySession] = field(default_factory=list)
     resources: dict[str, ClientResource] = field(default_factory=dict)
     last_seen: float = field(default_factory=time.monotonic)
 
@@ -161,8 +166,8 @@ class ClientRegistry:
         record = self._clients.pop(client_id, None)
         if record is not None:
             log.debug("RocketMQ client %s removed: %s", client_id, reason)
-            if record.telemetry is not None:
-                record.telemetry.end()
+            for stream in record.streams:
+                stream.end()
             record.close_resources()
         return record
 

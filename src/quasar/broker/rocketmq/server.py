@@ -314,7 +314,7 @@ class RocketMQListener:
         pulls = sum(group.engine.holds.waiting for group in groups if isinstance(group, PullActivity))
         return {
             "clients": len(records),
-            "telemetryStreams": sum(1 for r in records if r.telemetry is not None and not r.telemetry.closed),
+            "telemetryStreams": sum(len(r.streams) for r in records),
             "producers": sum(len(r.resources) for r in records),
             "receivesWaiting": receives,
             "pullsWaiting": pulls,

@@ -36,6 +36,11 @@ from quasar.broker.rocketmq.clients import ClientRecord
 from quasar.broker.rocketmq.mapping import PROPERTY_KEYS, PROPERTY_UNIQ_KEY, MappedMessage
 from quasar.broker.rocketmq.send import _ProducerLink
 from quasar.broker.rocketmq.status import Code, RocketMQError, code_of
+from quasar.broker.system_topics import (
+    RMQ_TRANS_CHECK_MAX_TIME_TOPIC,
+    RMQ_TRANS_HALF_TOPIC,
+    RMQ_TRANS_OP_HALF,
+)
 from quasar.broker.topic import PersistentTopic
 from quasar.java_hash import java_string_hash
 from quasar.ledger.entry import Entry
@@ -57,9 +62,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
-MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
-OP_SUBSCRIPTION = "RMQ_SYS_TRANS_OP_HALF"
+HALF_TOPIC = RMQ_TRANS_HALF_TOPIC  # system topics: hidden from listings, deleted with their namespace
+MAX_TIME_TOPIC = RMQ_TRANS_CHECK_MAX_TIME_TOPIC
+OP_SUBSCRIPTION = RMQ_TRANS_OP_HALF  # Pulsar clients may not subscribe to it (broker/system_topics.py)
 PROPERTY_REAL_TOPIC = "REAL_TOPIC"
 PROPERTY_REAL_QID = "REAL_QID"
 PROPERTY_PGROUP = "PGROUP"
