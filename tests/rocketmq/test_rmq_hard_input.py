@@ -432,6 +432,13 @@ def test_out_of_range_numbers_and_names_get_a_status(stub, rmq_broker):
         timeout=10,
     )
     assert change.status.code not in internal | {d.Code.OK}
+    half = d.Message(topic=d.Resource(name=topic), body=b"x")
+    half.system_properties.message_id = "0102FC0000000142960B18A1FE00000099"
+    half.system_properties.body_encoding = d.Encoding.IDENTITY
+    half.system_properties.message_type = d.MessageType.TRANSACTION
+    half.system_properties.orphaned_transaction_recovery_duration.seconds = 3601
+    sent = stub.SendMessage(s.SendMessageRequest(messages=[half]), metadata=md, timeout=10)
+    assert sent.status.code == d.Code.BAD_REQUEST and "3600" in sent.status.message
     route = stub.QueryRoute(
         s.QueryRouteRequest(topic=d.Resource(name="\u202e" * 300)), metadata=md, timeout=10
     )

@@ -11,7 +11,9 @@
   naming another topic) INTERNAL_SERVER_ERROR, as the proxy answers a missing transaction ("cannot find
   transaction data"); a resolution that is neither COMMIT nor ROLLBACK leaves the half as it is (OK).
 - **Checker** (:class:`TransactionService`, one owned task): every ``transaction_check_interval_s`` while
-  halves exist (idle otherwise), each half older than ``transaction_timeout_s`` is asked about over the
+  halves exist (idle otherwise), each half older than ``transaction_timeout_s`` and than its producer's
+  ``orphaned_transaction_recovery_duration`` (at most 3600 s, else BAD_REQUEST at send; stored with the half as
+  ``CHECK_IMMUNITY_TIME_IN_SECONDS``, so a restart keeps it) is asked about over the
   Telemetry stream of a connected producer of its topic (producer group = topic):
   ``TelemetryCommand{recover_orphaned_transaction_command{message, transaction_id}}``; the producer's
   EndTransaction (source SERVER_CHECK) resolves it. After ``transaction_check_max`` checks the half is moved
@@ -31,7 +33,13 @@ from quasar.broker.rocketmq.context import RocketMQContext, call_metadata
 from quasar.broker.rocketmq.mapping import MappedMessage, messages_of_entry
 from quasar.broker.rocketmq.status import Code, RocketMQError
 from quasar.broker.rocketmq.stubs import definition, service
-from quasar.broker.rocketmq.transaction_store import HalfMessage, HalfStore, ServiceWriter, real_message
+from quasar.broker.rocketmq.transaction_store import (
+    HalfMessage,
+    HalfStore,
+    ServiceWriter,
+    check_immunity_s,
+    real_message,
+)
 from quasar.protocol.errors import ProtocolError
 
 if TYPE_CHECKING:
@@ -102,13 +110,21 @@ class TransactionService:
 
     # ------------------------------------------------------------------ prepare / end
     async def prepare(
-        self, mapped: MappedMessage, real_topic: TopicName, queue_id: int, client_namespace: str
+        self,
+        mapped: MappedMessage,
+        real_topic: TopicName,
+        queue_id: int,
+        client_namespace: str,
+        message: Any = None,
     ) -> int:
-        """Store a half message for ``real_topic`` queue ``queue_id``; returns its half-queue offset. Raises
-        RocketMQError (TOO_MANY_REQUESTS past :data:`MAX_HALF_MESSAGES`, the store's errors)."""
+        """Store a half message for ``real_topic`` queue ``queue_id``; returns its half-queue offset. ``message``
+        (the request's ``Message``) gives the immunity time (``check_immunity_s``). Raises RocketMQError
+        (BAD_REQUEST for a recovery duration past 3600 s, TOO_MANY_REQUESTS past :data:`MAX_HALF_MESSAGES`,
+        the store's errors)."""
+        immunity_s = check_immunity_s(message) if message is not None else 0
         if len(self.halves) >= MAX_HALF_MESSAGES:
             raise RocketMQError(Code.TOO_MANY_REQUESTS, f"{MAX_HALF_MESSAGES} transactions are unresolved")
-        half, offset = await self.store.prepare(mapped, real_topic, queue_id, client_namespace)
+        half, offset = await self.store.prepare(mapped, real_topic, queue_id, client_namespace, immunity_s)
         self.halves[half.transaction_id] = half
         self._wakeup.set()
         return offset
@@ -160,8 +176,8 @@ class TransactionService:
         for half in list(self.halves.values()):
             if half.resolving or self.halves.get(half.transaction_id) is not half:
                 continue
-            if now - half.stored_ms < timeout_ms:
-                continue
+            if now - half.stored_ms < max(timeout_ms, half.immunity_ms):
+                continue  # younger than the check timeout, or than the producer's immunity time
             if half.checks >= settings.transaction_check_max:
                 await self._give_up(half)
                 continue

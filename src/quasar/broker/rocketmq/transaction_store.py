@@ -70,6 +70,9 @@ PROPERTY_REAL_QID = "REAL_QID"
 PROPERTY_PGROUP = "PGROUP"
 PROPERTY_TRAN_MSG = "TRAN_MSG"
 PROPERTY_NAMESPACE = "RMQ_NAMESPACE"
+PROPERTY_CHECK_IMMUNITY = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+MAX_CHECK_IMMUNITY_S = 3600
+"""Longest ``orphaned_transaction_recovery_duration`` a producer may ask for (proxy: BAD_REQUEST past it)."""
 _READ_BATCH = 256
 _READ_BYTES = 4 * 1024 * 1024
 
@@ -79,8 +82,10 @@ class HalfMessage:
     """One unresolved half message: ``transaction_id`` (= its UNIQ_KEY), where it is stored (``namespace``
     ``public/<ns>``, ``position``), where it goes on commit (``real_topic`` partition, ``queue_id``), the
     producer group (``producer_group`` = the RocketMQ topic name, ``client_namespace`` as the client named
-    it), ``stored_ms`` (store time), ``checks`` made so far (not persisted: a restart starts counting again)
-    and ``resolving`` while a resolution is in progress."""
+    it), ``stored_ms`` (store time), ``immunity_ms`` (no check before ``stored_ms + immunity_ms``: the
+    producer's ``orphaned_transaction_recovery_duration``, stored as ``CHECK_IMMUNITY_TIME_IN_SECONDS``; 0 =
+    the broker's ``transaction_timeout_s`` alone), ``checks`` made so far (not persisted: a restart starts
+    counting again) and ``resolving`` while a resolution is in progress."""
 
     transaction_id: str
     namespace: str
@@ -92,6 +97,7 @@ class HalfMessage:
     stored_ms: int
     checks: int = 0
     resolving: bool = False
+    immunity_ms: int = 0
 
 
 class ServiceWriter:
@@ -172,6 +178,28 @@ def half_topic(namespace: str) -> TopicName:
     return TopicName.parse(f"persistent://{namespace}/{HALF_TOPIC}")
 
 
+def check_immunity_s(message: Any) -> int:
+    """Seconds a TRANSACTION ``message`` (``apache.rocketmq.v2.Message``) must not be checked: its
+    ``system_properties.orphaned_transaction_recovery_duration`` rounded up (0 without one). Raises RocketMQError
+    BAD_REQUEST when it is negative or past :data:`MAX_CHECK_IMMUNITY_S` (the proxy's limit)."""
+    system = message.system_properties
+    if not system.HasField("orphaned_transaction_recovery_duration"):
+        return 0
+    duration = system.orphaned_transaction_recovery_duration
+    if (
+        duration.seconds < 0
+        or duration.nanos < 0
+        or duration.seconds > MAX_CHECK_IMMUNITY_S
+        or (duration.seconds == MAX_CHECK_IMMUNITY_S and duration.nanos > 0)
+    ):
+        raise RocketMQError(
+            Code.BAD_REQUEST,
+            f"orphaned_transaction_recovery_duration must be within 0..{MAX_CHECK_IMMUNITY_S} s, got"
+            f" {duration.seconds}.{abs(duration.nanos):09d} s",
+        )
+    return int(duration.seconds) + (1 if duration.nanos else 0)
+
+
 def real_message(entry: Entry, transaction_id: str) -> MappedMessage:
     """The message a half entry becomes in its real queue: the same metadata and body, the store properties
     ``UNIQ_KEY``/``KEYS`` (indexed) and the tag hash of its ``TAGS``. Raises quasar.protocol.ProtocolError for
@@ -217,10 +245,15 @@ class HalfStore:
         return topic, subscription
 
     async def prepare(
-        self, mapped: MappedMessage, real_topic: TopicName, queue_id: int, client_namespace: str
+        self,
+        mapped: MappedMessage,
+        real_topic: TopicName,
+        queue_id: int,
+        client_namespace: str,
+        immunity_s: int = 0,
     ) -> tuple[HalfMessage, int]:
-        """Store ``mapped`` as a half message bound for ``real_topic`` (queue ``queue_id``); returns its record
-        and its half-queue offset. Raises RocketMQError."""
+        """Store ``mapped`` as a half message bound for ``real_topic`` (queue ``queue_id``; not checked for
+        ``immunity_s`` seconds); returns its record and its half-queue offset. Raises RocketMQError."""
         namespace = real_topic.namespace_name
         await self._loaded(namespace)  # the op subscription exists before the first half is written
         half = MappedMessage(
@@ -234,6 +267,7 @@ class HalfStore:
                 PROPERTY_PGROUP: mapped.topic,
                 PROPERTY_NAMESPACE: client_namespace,
                 PROPERTY_TRAN_MSG: "true",
+                **({PROPERTY_CHECK_IMMUNITY: str(immunity_s)} if immunity_s else {}),
             },
             tag_hash=mapped.tag_hash,
             message_id=mapped.message_id,
@@ -248,6 +282,7 @@ class HalfStore:
             producer_group=mapped.topic,
             client_namespace=client_namespace,
             stored_ms=int(time.time() * 1000),
+            immunity_ms=immunity_s * 1000,
         )
         return entry, offset
 
@@ -338,6 +373,7 @@ def _half_of(namespace: str, stored: Entry) -> HalfMessage | None:
             producer_group=properties.get(PROPERTY_PGROUP, ""),
             client_namespace=properties.get(PROPERTY_NAMESPACE, ""),
             stored_ms=stored.store_timestamp,
+            immunity_ms=int(properties.get(PROPERTY_CHECK_IMMUNITY, 0)) * 1000,
         )
     except (KeyError, ValueError):
         return None
