@@ -1,7 +1,8 @@
 """The transaction checker honours a half message's immunity time (the producer's
 ``orphaned_transaction_recovery_duration``, RocketMQ's ``CHECK_IMMUNITY_TIME_IN_SECONDS``; reference
-rocketmq-grpc.md §2 and §8), in process: no check before it, BAD_REQUEST past 3600 s, and the stored property
-read back as a recovered half (so a restart keeps it)."""
+rocketmq-grpc.md §2 and §8), in process: no check before it, BAD_REQUEST past 3600 s, and the stored
+properties (immunity, ``TRANSACTION_CHECK_TIMES`` and first store time of a re-put half) read back by recovery.
+The re-put itself across a broker kill: ``test_rmq_tx_flow.py::test_check_counts_survive_a_restart``."""
 
 from __future__ import annotations
 
@@ -41,6 +42,12 @@ async def test_a_half_is_not_checked_within_its_immunity_time() -> None:
     context = RocketMQContext(SimpleNamespace(), settings, ClientRegistry())  # type: ignore[arg-type]
     transactions = TransactionService(context)
     transactions._recovered.set()  # nothing to recover here
+    re_put: list[tuple[str, int]] = []
+
+    async def recheck(half: HalfMessage) -> None:  # the store's re-put (needs a broker): recorded
+        re_put.append((half.transaction_id, half.checks))
+
+    transactions.store.recheck = recheck  # type: ignore[method-assign]
     immune = _half("immune", age_ms=30_000, immunity_ms=60_000)
     due = _half("due", age_ms=30_000)
     young = _half("young", age_ms=2_000)
@@ -49,6 +56,7 @@ async def test_a_half_is_not_checked_within_its_immunity_time() -> None:
     assert (immune.checks, due.checks, young.checks) == (0, 1, 0)  # no producer listens: counted all the same
     await transactions.check_once(NOW_MS + 31_000)  # immunity over
     assert (immune.checks, due.checks, young.checks) == (1, 2, 1)
+    assert re_put == [("due", 1), ("immune", 1), ("due", 2), ("young", 1)]  # each check persisted
 
 
 def _message(seconds: int | None, nanos: int = 0) -> Any:
@@ -73,7 +81,7 @@ def test_a_recovery_duration_out_of_range_is_a_bad_request(seconds: int, nanos: 
     assert raised.value.code == definition.Code.BAD_REQUEST and "3600" in raised.value.message
 
 
-def test_a_recovered_half_keeps_its_immunity_time() -> None:
+def test_a_recovered_half_keeps_its_immunity_time_checks_and_age() -> None:
     stored = SimpleNamespace(
         properties={
             "UNIQ_KEY": "id-1",
@@ -81,9 +89,12 @@ def test_a_recovered_half_keeps_its_immunity_time() -> None:
             "REAL_QID": "0",
             "PGROUP": "t",
             "CHECK_IMMUNITY_TIME_IN_SECONDS": "45",
+            "TRANSACTION_CHECK_TIMES": "3",  # a re-put copy: its checks and its first store time
+            "TRAN_PREPARED_STORE_MS": str(NOW_MS - 7_000),
         },
         position=Position(3, 4),
         store_timestamp=NOW_MS,
     )
     half = _half_of("public/default", stored)  # type: ignore[arg-type]
-    assert half is not None and half.immunity_ms == 45_000 and half.stored_ms == NOW_MS
+    assert half is not None and half.immunity_ms == 45_000
+    assert half.checks == 3 and half.stored_ms == NOW_MS - 7_000

@@ -17,7 +17,9 @@
   Telemetry stream of a connected producer of its topic (producer group = topic):
   ``TelemetryCommand{recover_orphaned_transaction_command{message, transaction_id}}``; the producer's
   EndTransaction (source SERVER_CHECK) resolves it. After ``transaction_check_max`` checks the half is moved
-  to ``TRANS_CHECK_MAX_TIME_TOPIC`` and logged. Check counts live in memory (a restart counts again).
+  to ``TRANS_CHECK_MAX_TIME_TOPIC`` and logged. Each check re-puts the half with ``TRANSACTION_CHECK_TIMES``
+  (``HalfStore.recheck``, as RocketMQ), so the count survives a restart; EndTransaction waits for a re-put in
+  progress.
 """
 
 from __future__ import annotations
@@ -90,7 +92,10 @@ class TransactionService:
     async def _run(self) -> None:
         try:
             for half in await self.store.recover():
-                self.halves.setdefault(half.transaction_id, half)
+                older = self.halves.get(half.transaction_id)
+                self.halves[half.transaction_id] = half  # store order: a re-put copy is the later one
+                if older is not None:  # a crash between a re-put and its acknowledgement
+                    await self.store.resolve(older)
         except Exception:  # a failed recovery must not stop sends and commits of new halves
             log.exception("RocketMQ transactions: recovering half messages failed")
         finally:
@@ -145,6 +150,10 @@ class TransactionService:
         the resolved half. ``topic_name``, when given, must be its RocketMQ topic. Raises RocketMQError
         INTERNAL_SERVER_ERROR for no such unresolved half, the store's errors (the half stays unresolved)."""
         half = await self.find(transaction_id, topic_name)
+        while half.rewriting is not None:  # a check's re-put moves it: resolve the copy
+            await half.rewriting
+        if self.halves.get(transaction_id) is not half:
+            half = await self.find(transaction_id, topic_name)
         if half.resolving:
             raise RocketMQError(Code.INTERNAL_SERVER_ERROR, f"transaction {transaction_id} is being resolved")
         half.resolving = True
@@ -174,7 +183,7 @@ class TransactionService:
         timeout_ms = settings.transaction_timeout_s * 1000
         sent = 0
         for half in list(self.halves.values()):
-            if half.resolving or self.halves.get(half.transaction_id) is not half:
+            if half.resolving or half.rewriting or self.halves.get(half.transaction_id) is not half:
                 continue
             if now - half.stored_ms < max(timeout_ms, half.immunity_ms):
                 continue  # younger than the check timeout, or than the producer's immunity time
@@ -182,6 +191,12 @@ class TransactionService:
                 await self._give_up(half)
                 continue
             half.checks += 1
+            try:
+                await self.store.recheck(half)
+            except RocketMQError as exc:  # asked all the same; the count is kept in memory
+                log.warning("RocketMQ transaction %s: re-put failed: %s", half.transaction_id, exc.message)
+            if self.halves.get(half.transaction_id) is not half:
+                continue  # resolved meanwhile
             if await self._ask(half):
                 sent += 1
         return sent

@@ -47,6 +47,7 @@ from quasar.ledger.entry import Entry
 from quasar.ledger.position import Position
 from quasar.protocol import TopicName, parse_headers_and_payload
 from quasar.protocol.enums import InitialPosition
+from quasar.protocol.errors import ProtocolError
 
 if TYPE_CHECKING:
     from quasar.broker.broker_service import BrokerService
@@ -71,6 +72,10 @@ PROPERTY_PGROUP = "PGROUP"
 PROPERTY_TRAN_MSG = "TRAN_MSG"
 PROPERTY_NAMESPACE = "RMQ_NAMESPACE"
 PROPERTY_CHECK_IMMUNITY = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+PROPERTY_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
+"""Checks made so far, on a re-put half (RocketMQ's ``MessageConst.PROPERTY_TRANSACTION_CHECK_TIMES``)."""
+PROPERTY_PREPARED_MS = "TRAN_PREPARED_STORE_MS"
+"""A re-put half's first store time (ms), so its age counts from the prepare, not from the re-put."""
 MAX_CHECK_IMMUNITY_S = 3600
 """Longest ``orphaned_transaction_recovery_duration`` a producer may ask for (proxy: BAD_REQUEST past it)."""
 _READ_BATCH = 256
@@ -84,8 +89,8 @@ class HalfMessage:
     producer group (``producer_group`` = the RocketMQ topic name, ``client_namespace`` as the client named
     it), ``stored_ms`` (store time), ``immunity_ms`` (no check before ``stored_ms + immunity_ms``: the
     producer's ``orphaned_transaction_recovery_duration``, stored as ``CHECK_IMMUNITY_TIME_IN_SECONDS``; 0 =
-    the broker's ``transaction_timeout_s`` alone), ``checks`` made so far (not persisted: a restart starts
-    counting again) and ``resolving`` while a resolution is in progress."""
+    the broker's ``transaction_timeout_s`` alone), ``checks`` made so far (persisted by :meth:`HalfStore.
+    recheck`), ``resolving`` while a resolution is in progress and ``rewriting`` while a re-put is."""
 
     transaction_id: str
     namespace: str
@@ -98,6 +103,7 @@ class HalfMessage:
     checks: int = 0
     resolving: bool = False
     immunity_ms: int = 0
+    rewriting: asyncio.Future[None] | None = None
 
 
 class ServiceWriter:
@@ -309,6 +315,39 @@ class HalfStore:
                 Code.INTERNAL_SERVER_ERROR, f"recording the end of transaction {half.transaction_id}: {exc}"
             ) from None
 
+    async def recheck(self, half: HalfMessage) -> None:
+        """Persist ``half.checks`` as RocketMQ does: re-put the half at the end of the half topic with
+        ``TRANSACTION_CHECK_TIMES`` (and its first store time), then acknowledge the old entry; ``half.position``
+        moves to the copy. Resolutions wait for it (``half.rewriting``). Raises RocketMQError (the half stays
+        where it was)."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        half.rewriting = done
+        try:
+            stored = await self.entry(half)
+            try:
+                copy = real_message(stored, half.transaction_id)
+            except ProtocolError as exc:
+                raise RocketMQError(Code.INTERNAL_SERVER_ERROR, f"half message unreadable: {exc}") from None
+            copy.store_properties = {
+                **stored.properties,
+                PROPERTY_CHECK_TIMES: str(half.checks),
+                PROPERTY_PREPARED_MS: str(half.stored_ms),
+            }
+            position, _ = await self._writer.publish(half_topic(half.namespace), copy, keep=True)
+            old, half.position = half.position, position
+            _, subscription = await self._loaded(half.namespace)
+            try:
+                subscription.cursor.delete([old])
+                await subscription.cursor.flush()
+            except Exception as exc:  # noqa: BLE001 - a restart then finds both copies: the later one wins
+                raise RocketMQError(
+                    Code.INTERNAL_SERVER_ERROR, f"re-putting half {half.transaction_id}: {exc}"
+                ) from None
+        finally:
+            half.rewriting = None
+            done.set_result(None)
+
     async def give_up(self, half: HalfMessage) -> None:
         """Copy the half to the namespace's ``TRANS_CHECK_MAX_TIME_TOPIC`` and resolve it. Raises
         RocketMQError."""
@@ -372,8 +411,9 @@ def _half_of(namespace: str, stored: Entry) -> HalfMessage | None:
             queue_id=int(properties[PROPERTY_REAL_QID]),
             producer_group=properties.get(PROPERTY_PGROUP, ""),
             client_namespace=properties.get(PROPERTY_NAMESPACE, ""),
-            stored_ms=stored.store_timestamp,
+            stored_ms=int(properties.get(PROPERTY_PREPARED_MS, stored.store_timestamp)),
             immunity_ms=int(properties.get(PROPERTY_CHECK_IMMUNITY, 0)) * 1000,
+            checks=int(properties.get(PROPERTY_CHECK_TIMES, 0)),
         )
     except (KeyError, ValueError):
         return None
