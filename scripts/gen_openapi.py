@@ -179,6 +179,14 @@ OPERATIONS: list[Op] = [
     ),
     (
         "GET",
+        "/admin/v2/broker-stats/rocketmq",
+        "getRocketMQStats",
+        "broker-stats",
+        "What the RocketMQ endpoint holds: clients, Telemetry streams, producers, waiting long polls (404: off)",
+        {"ok": ok({"type": "object", "additionalProperties": {"type": "integer"}}), "codes": [404]},
+    ),
+    (
+        "GET",
         "/admin/v2/broker-stats/topics",
         "getLoadedTopicsStats",
         "broker-stats",
@@ -274,7 +282,8 @@ OPERATIONS: list[Op] = [
                     "mode",
                     {"type": "string", "enum": ["PERSISTENT", "NON_PERSISTENT", "ALL"]},
                     "which domains (case-insensitive; default PERSISTENT)",
-                )
+                ),
+                query("include_system_topic", {"type": "boolean"}, "true: list system topics too"),
             ],
         },
     ),
@@ -283,8 +292,11 @@ OPERATIONS: list[Op] = [
         "/admin/v2/{domain}/{tenant}/{namespace}",
         "getTopicList",
         "topics",
-        "The namespace's topics of this domain",
-        {"ok": ok(STRINGS)},
+        "The namespace's topics of this domain (system topics only with includeSystemTopic=true)",
+        {
+            "ok": ok(STRINGS),
+            "query": [query("includeSystemTopic", {"type": "boolean"}, "true: list system topics too")],
+        },
     ),
     (
         "GET",

@@ -244,6 +244,106 @@ def test_topic_message_type_is_enforced_and_routed(
     assert admin(rmq_broker, "GET", path) == (200, {"owner": "team-a"})
 
 
+class _RawProducer:
+    """A producer of ``topic`` speaking raw gRPC: its Telemetry stream records the checks pushed to it."""
+
+    def __init__(self, endpoint: str, topic: str) -> None:
+        import queue
+
+        import grpc
+        from rocketmq.grpc_protocol import MessagingServiceStub
+
+        from tests.rocketmq.test_rmq_core_stub import _pb
+
+        d, s = self._pb = _pb()
+        self.client_id = f"raw@{uuid.uuid4().hex[:8]}"
+        self.channel = grpc.insecure_channel(endpoint)
+        self.stub = MessagingServiceStub(self.channel)
+        self._out: queue.Queue[Any] = queue.Queue()
+        self._out.put(
+            s.TelemetryCommand(
+                settings=d.Settings(
+                    client_type=d.ClientType.PRODUCER,
+                    publishing=d.Publishing(topics=[d.Resource(name=topic)]),
+                )
+            )
+        )
+        self._call = self.stub.Telemetry(iter(self._out.get, None), metadata=metadata(self.client_id))
+        self.checks: queue.Queue[str] = queue.Queue()
+        assert next(self._call).status.code == d.Code.OK
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        try:
+            for command in self._call:
+                if command.HasField("recover_orphaned_transaction_command"):
+                    self.checks.put(command.recover_orphaned_transaction_command.transaction_id)
+        except Exception:  # noqa: BLE001 - the stream ends with the broker or close()
+            return
+
+    def send_half(self, topic: str, message_id: str) -> None:
+        d, s = self._pb
+        message = d.Message(topic=d.Resource(name=topic), body=b"counted")
+        message.system_properties.message_id = message_id
+        message.system_properties.body_encoding = d.Encoding.IDENTITY
+        message.system_properties.message_type = d.MessageType.TRANSACTION
+        answer = self.stub.SendMessage(
+            s.SendMessageRequest(messages=[message]), metadata=metadata(self.client_id), timeout=10
+        )
+        assert answer.status.code == d.Code.OK
+
+    def close(self) -> None:
+        self._out.put(None)
+        self._call.cancel()
+        self.channel.close()
+        self._reader.join(5)
+
+
+def test_check_counts_survive_a_restart(rmq_broker: BrokerProcess, pulsar_client: Any) -> None:
+    """transaction_check_max 2: one check before a SIGKILL, so after the restart exactly one more check
+    comes before the half is given up (two more if the count had been lost)."""
+    import queue
+
+    topic = _topic()
+    message_id = f"0102FC0000000142960B18A1FE{uuid.uuid4().hex[:8].upper()}"
+    given_up = pulsar_client.subscribe(
+        "persistent://public/default/TRANS_CHECK_MAX_TIME_TOPIC",
+        f"s-{topic}",
+        initial_position=pulsar.InitialPosition.Earliest,
+    )
+    assert rmq_broker.rocketmq_address is not None
+    producer = _RawProducer(rmq_broker.rocketmq_address, topic)
+    try:
+        producer.send_half(topic, message_id)
+        assert producer.checks.get(timeout=15) == message_id  # timeout 3 s, then the first check
+        rmq_broker.restart(kill=True)
+    finally:
+        producer.close()
+    assert rmq_broker.rocketmq_address is not None
+    producer = _RawProducer(rmq_broker.rocketmq_address, topic)
+    try:
+        deadline = time.monotonic() + 25
+        moved = None
+        while moved is None and time.monotonic() < deadline:
+            try:
+                candidate = given_up.receive(timeout_millis=1000)
+            except pulsar.Timeout:
+                continue
+            if candidate.properties().get("UNIQ_KEY") == message_id:
+                moved = candidate
+        assert moved is not None and moved.data() == b"counted"
+        asked = []
+        while True:
+            try:
+                asked.append(producer.checks.get_nowait())
+            except queue.Empty:
+                break
+        assert asked == [message_id]
+    finally:
+        producer.close()
+
+
 def test_a_half_survives_a_broker_kill_and_commits_once(
     rmq_broker: BrokerProcess, rmq_config: Callable[..., Any]
 ) -> None:

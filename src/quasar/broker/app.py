@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from quasar.broker.admin import build_admin_app, replication_routes
+from quasar.broker.admin.broker_stats_routes import ROCKETMQ_STATS
 from quasar.broker.admin.query import MAX_UNCOMPRESSED, MESSAGE_STORE, pulsar_entry_keys
 from quasar.broker.auth import build_broker_security
 from quasar.broker.broker_service import BrokerService
@@ -403,6 +404,8 @@ class BrokerApp:
         )
         admin_app[MAX_UNCOMPRESSED] = config.max_message_size
         admin_app[MESSAGE_STORE] = store  # for the query-by-key handler (broker/admin/query.py)
+        if self.rocketmq is not None:
+            admin_app[ROCKETMQ_STATS] = self.rocketmq.stats
         add_loop_lag_route(admin_app, self.loop_lag)
         self.loop_lag.start()
         self._admin_runner = web.AppRunner(admin_app, access_log=None)
@@ -432,6 +435,8 @@ class BrokerApp:
             transaction_check_interval_s=config.transaction_check_interval / 1000,
             transaction_timeout_s=config.transaction_time_out / 1000,
             transaction_check_max=config.transaction_check_max,
+            client_idle_timeout_s=config.rocketmq_channel_expired_timeout / 1000,
+            max_clients=config.rocketmq_max_clients,
         )
         self.rocketmq = RocketMQListener(service, settings, config.host, config.rocketmq_port)
         self.rocketmq.bind()

@@ -367,6 +367,13 @@ class BrokerConfig:
     """RocketMQ ``maxMessageSize``: bytes of a message body sent by a RocketMQ client (MESSAGE_BODY_TOO_LARGE
     past it), pushed to producers as ``publishing.max_body_size``; at most ``max_message_size``. 0 = RocketMQ's
     4 MiB, or ``max_message_size`` when that is smaller (:meth:`rocketmq_body_limit`)."""
+    rocketmq_channel_expired_timeout: int = 120_000
+    """RocketMQ proxy ``channelExpiredTimeout`` (ms): a RocketMQ client that made no call for this long and has
+    no Telemetry stream open is dropped with its producers; a Telemetry stream that sends no settings within
+    it is closed (gRPC FAILED_PRECONDITION)."""
+    rocketmq_max_clients: int = 10_000
+    """RocketMQ client ids known at once (each with its Telemetry stream); a call from a new one past it is
+    answered TOO_MANY_REQUESTS (docs/rocketmq-limits.md)."""
     transaction_check_interval: int = 30_000
     """RocketMQ ``transactionCheckInterval`` (ms): how often unresolved transactional half messages are looked
     at and their producers asked (``rocketmq/transaction*.py``, docs/rocketmq-transactions.md)."""
@@ -445,7 +452,13 @@ class BrokerConfig:
             if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
                 raise ValueError(f"rocketmq_port_tls must be None (off) or a port in 0..65535, got {port!r}")
             self.tls_settings()  # TlsConfigError (a ValueError): the certificate and key are required
-        for name in ("transaction_check_interval", "transaction_time_out", "transaction_check_max"):
+        for name in (
+            "transaction_check_interval",
+            "transaction_time_out",
+            "transaction_check_max",
+            "rocketmq_channel_expired_timeout",
+            "rocketmq_max_clients",
+        ):
             value = getattr(self, name)
             if type(value) is not int or not 0 < value <= 2**31 - 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")

@@ -15,12 +15,18 @@ namespaces into bundles)::
      "numProducers": int, "numConsumers": int,   # connected to the loaded topics
      "inactiveTopicsUnloaded": int}              # Quasar: topics unloaded as idle since the broker started
 
+``GET /admin/v2/broker-stats/rocketmq`` (Quasar's own): the RocketMQ endpoint's clients, Telemetry streams,
+broker-side producers and waiting long polls (``RocketMQListener.stats``).
+
 A topic that exists but is not loaded (never used since the start, or unloaded as idle by
 ``quasar.broker.inactive_topics``) is not in ``numTopics``; the topic listing
 (``GET /admin/v2/persistent/{tenant}/{namespace}``) still names it. Super-user only, as in Pulsar.
 """
 
 from __future__ import annotations
+
+import json
+from collections.abc import Callable
 
 from aiohttp import web
 
@@ -66,7 +72,24 @@ async def get_load_report(request: web.Request) -> web.Response:
     )
 
 
+ROCKETMQ_STATS: web.AppKey[Callable[[], dict[str, int]]] = web.AppKey("rocketmq_stats")
+"""The RocketMQ endpoint's ``stats()`` (set by the broker app when the endpoint is on)."""
+
+
+async def get_rocketmq(request: web.Request) -> web.Response:
+    """GET /admin/v2/broker-stats/rocketmq (Quasar's own): what the RocketMQ endpoint holds now, as
+    ``{"clients", "telemetryStreams", "producers", "receivesWaiting", "pullsWaiting"}`` (ints); 404 when the
+    endpoint is off."""
+    stats = request.app.get(ROCKETMQ_STATS)
+    if stats is None:
+        raise web.HTTPNotFound(
+            text=json.dumps({"reason": "the RocketMQ endpoint is off"}), content_type="application/json"
+        )
+    return web.json_response(stats())
+
+
 def register(app: web.Application) -> None:
     """Add the broker-stats routes to the admin ``app``."""
     app.router.add_get("/admin/v2/broker-stats/load-report", get_load_report)
     app.router.add_get("/admin/v2/broker-stats/topics", get_topics)
+    app.router.add_get("/admin/v2/broker-stats/rocketmq", get_rocketmq)

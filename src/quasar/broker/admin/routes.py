@@ -51,6 +51,7 @@ from quasar.broker.errors import (
     TopicNotFoundError,
 )
 from quasar.broker.policies import BACKLOG_QUOTA, MESSAGE_TTL, RETENTION, BacklogQuota, parse_retention
+from quasar.broker.system_topics import user_topics
 from quasar.metadata import MetadataStoreError
 from quasar.protocol import TopicName
 from quasar.protocol.errors import InvalidTopicNameError
@@ -164,8 +165,11 @@ async def put_namespace(request: web.Request) -> web.Response:
 
 # ---------------------------------------------------------------------- topics
 async def list_topics(request: web.Request) -> web.Response:
+    """GET /admin/v2/{domain}/{tenant}/{ns}: the namespace's topics, system topics only with
+    ``includeSystemTopic=true`` (Pulsar ``PersistentTopics.getList``; ``broker/system_topics.py``)."""
     namespace = _namespace(request)
-    return web.json_response(_service(request).list_topics(namespace, _domain(request)))
+    topics = _service(request).list_topics(namespace, _domain(request))
+    return web.json_response(topics if query_flag(request, "includeSystemTopic") else user_topics(topics))
 
 
 async def list_partitioned_topics(request: web.Request) -> web.Response:

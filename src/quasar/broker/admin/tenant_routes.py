@@ -31,6 +31,7 @@ from quasar.broker.admin.request_params import service_of as _service
 from quasar.broker.admin.validation import parse_json, validate_tenant_info
 from quasar.broker.broker_service import BrokerService, TopicExistsError
 from quasar.broker.errors import NamespaceNotFoundError
+from quasar.broker.system_topics import PendingHalfMessagesError, delete_system_topics, user_topics
 
 __all__ = ["register"]
 
@@ -108,11 +109,15 @@ async def get_namespace_policies(request: web.Request) -> web.Response:
     return web.json_response(policies)
 
 
-def _namespace_topics(service: BrokerService, namespace: str, domains: tuple[str, ...]) -> list[str]:
+def _namespace_topics(
+    service: BrokerService, namespace: str, domains: tuple[str, ...], *, include_system: bool = False
+) -> list[str]:
+    """The namespace's topics in ``domains``; system topics only with ``include_system`` (Pulsar
+    ``include_system_topic``, ``broker/system_topics.py``)."""
     topics: list[str] = []
     for domain in domains:
         topics += service.list_topics(namespace, domain)
-    return topics
+    return topics if include_system else user_topics(topics)
 
 
 async def delete_namespace(request: web.Request) -> web.Response:
@@ -122,10 +127,15 @@ async def delete_namespace(request: web.Request) -> web.Response:
         return _reason(405, "Broker doesn't allow forced deletion of namespaces")
     service = _service(request)
     domains = _MODES["ALL"]
-    if _namespace_topics(service, namespace, domains) or any(
-        service.partitioned_topics(namespace, domain) for domain in domains
+    topics = _namespace_topics(service, namespace, domains, include_system=True)
+    if user_topics(topics) or any(
+        user_topics(service.partitioned_topics(namespace, domain)) for domain in domains
     ):
         raise TopicExistsError("Cannot delete non empty namespace")
+    try:  # as Pulsar, the namespace's system topics go with it
+        await delete_system_topics(service, namespace, topics)
+    except PendingHalfMessagesError as exc:
+        raise TopicExistsError(str(exc)) from None
     await service.resources.delete_namespace(namespace)
     return web.Response(status=204)
 
@@ -136,7 +146,10 @@ async def get_namespace_topics(request: web.Request) -> web.Response:
     mode = request.query.get("mode", "PERSISTENT").upper()
     if mode not in _MODES:
         raise ValueError(f"mode must be one of {', '.join(_MODES)}, got {mode!r:.50}")
-    return web.json_response(_namespace_topics(_service(request), namespace, _MODES[mode]))
+    include_system = query_flag(request, "include_system_topic")
+    return web.json_response(
+        _namespace_topics(_service(request), namespace, _MODES[mode], include_system=include_system)
+    )
 
 
 def register(app: web.Application) -> None:

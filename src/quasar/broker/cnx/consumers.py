@@ -29,6 +29,7 @@ from quasar.broker.errors import (
 )
 from quasar.broker.schema.wire import schema_info_of, topic_in_use
 from quasar.broker.subscription import Subscription
+from quasar.broker.system_topics import check_subscription_allowed
 from quasar.broker.topic import PersistentTopic
 from quasar.errors import QuasarError
 from quasar.protocol import CommandType, TopicName, commands
@@ -122,6 +123,7 @@ class ConsumerCommands:
         service = self._cnx.service
         name = TopicName.parse(cmd.topic)
         service.security.check_consume(self._cnx.role, name, cmd.subscription)
+        check_subscription_allowed(name, cmd.subscription)
         topic = await service.get_or_create_topic(name)
         if cmd.read_compacted:
             check_read_compacted(isinstance(topic, PersistentTopic), sub_type)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from quasar.broker.cluster.model import LookupKind
 from quasar.broker.cnx.ports import CommandPort, HandlerTable
 from quasar.broker.errors import NamespaceNotFoundError, server_error_of
+from quasar.broker.system_topics import user_topics
 from quasar.errors import QuasarError
 from quasar.protocol import CommandType, TopicName, commands
 from quasar.protocol.enums import ServerError
@@ -145,6 +146,7 @@ class LookupCommands:
                 topics += service.list_topics(cmd.namespace, "persistent")
             if mode in (TopicsMode.NON_PERSISTENT, TopicsMode.ALL):
                 topics += service.list_topics(cmd.namespace, "non-persistent")
+            topics = user_topics(topics)  # as Pulsar's getListOfUserTopics: pattern consumers never see them
         except QuasarError as exc:
             code, message = server_error_of(exc)
             self._cnx.write(commands.new_error(cmd.request_id, code, message))

@@ -18,7 +18,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from quasar.broker.rocketmq.clients import TelemetrySession
+import grpc
+
+from quasar.broker.rocketmq.clients import MAX_STREAMS_PER_CLIENT, TelemetrySession
 from quasar.broker.rocketmq.context import CallMetadata, RocketMQContext, call_metadata
 from quasar.broker.rocketmq.status import Code, RocketMQError, new_status, ok_status
 from quasar.broker.rocketmq.stubs import definition, service
@@ -77,31 +79,60 @@ class ClientActivity:
         clients = self.context.clients
         record = clients.touch(metadata.client_id)
         session = TelemetrySession(context)
-        if record.telemetry is not None:
-            record.telemetry.closed = True  # a newer stream of the same client replaces it
-        record.telemetry = session
+        record.streams.append(session)
+        record.telemetry = session  # the newest stream carries the broker's commands
+        while len(record.streams) > MAX_STREAMS_PER_CLIENT:
+            record.streams.pop(0).end()
+        settings_timeout_s = clients.idle_timeout_s
         try:
-            async for command in request_iterator:
+            while True:
+                try:  # until its settings came, a stream is held open at most the channel expiry
+                    command = await session.receive(
+                        request_iterator, None if record.settings is not None else settings_timeout_s
+                    )
+                except TimeoutError:
+                    context.set_code(grpc.StatusCode.FAILED_PRECONDITION)
+                    context.set_details(
+                        f"no client settings within {settings_timeout_s:g} s of opening Telemetry"
+                    )
+                    return
+                if command is None or session.closed:
+                    return  # the client ended it, or the broker did (client dropped, too many streams)
                 record = clients.touch(metadata.client_id)
-                record.telemetry = session
-                if command.WhichOneof("command") != "settings":
-                    continue  # thread stack traces, verify results: nothing asked them
-                try:
-                    reply = self._settings_reply(command.settings, metadata)
-                except RocketMQError as exc:
-                    await session.send(service.TelemetryCommand(status=new_status(exc.code, exc.message)))
-                    continue
-                record.client_type = command.settings.client_type
-                record.settings = reply
-                if command.settings.HasField("subscription"):
-                    record.group = command.settings.subscription.group.name
-                    await self._register_group(command.settings.subscription, metadata, context)
-                await session.send(service.TelemetryCommand(status=ok_status(), settings=reply))
+                await self._command(command, record, session, metadata, context)
         finally:
-            session.closed = True
-            current = clients.get(metadata.client_id)
-            if current is not None and current.telemetry is session:
-                clients.remove(metadata.client_id, "telemetry stream closed")
+            session.end()
+            self._stream_closed(metadata.client_id, session)
+
+    def _stream_closed(self, client_id: str, session: TelemetrySession) -> None:
+        """Forget ``session``; the client goes (with its producers) when it was its last open stream."""
+        clients = self.context.clients
+        current = clients.get(client_id)
+        if current is None:
+            return
+        if session in current.streams:
+            current.streams.remove(session)
+        if current.telemetry is session:
+            current.telemetry = current.streams[-1] if current.streams else None
+            if current.telemetry is None:
+                clients.remove(client_id, "telemetry stream closed")
+
+    async def _command(
+        self, command: Any, record: Any, session: TelemetrySession, metadata: CallMetadata, context: Any
+    ) -> None:
+        if command.WhichOneof("command") != "settings":
+            return  # thread stack traces, verify results: nothing asked them
+        try:
+            reply = self._settings_reply(command.settings, metadata)
+        except RocketMQError as exc:
+            await session.send(service.TelemetryCommand(status=new_status(exc.code, exc.message)))
+            return
+        record.client_type = command.settings.client_type
+        record.settings = reply
+        if command.settings.HasField("subscription"):
+            record.group = command.settings.subscription.group.name
+            await self._register_group(command.settings.subscription, metadata, context)
+        await session.send(service.TelemetryCommand(status=ok_status(), settings=reply))
 
     def _settings_reply(self, settings: Any, metadata: CallMetadata) -> Any:
         """The client's settings merged with the server's. Raises RocketMQError UNRECOGNIZED_CLIENT_TYPE

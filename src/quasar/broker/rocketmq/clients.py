@@ -17,7 +17,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from asyncio import FIRST_COMPLETED
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -28,6 +29,9 @@ __all__ = ["ClientRecord", "ClientRegistry", "ClientResource", "TelemetrySession
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_CLIENTS = 10_000
+MAX_STREAMS_PER_CLIENT = 4
+"""Telemetry streams one client id may hold open at once (the py client opens one per endpoint object it
+knows, the access point and the route's, often the same broker); past it the oldest is ended."""
 
 
 class ClientResource(Protocol):
@@ -38,12 +42,43 @@ class ClientResource(Protocol):
 
 class TelemetrySession:
     """One client's open Telemetry stream: :meth:`send` writes a ``TelemetryCommand`` to it (writes are
-    serialized: gRPC allows one outstanding write per stream)."""
+    serialized: gRPC allows one outstanding write per stream); :meth:`receive` reads the next command;
+    :meth:`end` ends the stream from the broker's side (the client went, or opened more than
+    :data:`MAX_STREAMS_PER_CLIENT` streams: the oldest ends), so one client id cannot pile streams up."""
 
     def __init__(self, context: Any) -> None:
         self._context = context
         self._lock = asyncio.Lock()
         self.closed = False
+        self._ended: asyncio.Future[None] | None = None  # made by the first receive (it needs the loop)
+
+    def end(self) -> None:
+        """Mark the stream closed and wake its pending :meth:`receive` (which returns None)."""
+        self.closed = True
+        if self._ended is not None and not self._ended.done():
+            self._ended.set_result(None)
+
+    async def receive(self, commands: AsyncIterator[Any], timeout_s: float | None) -> Any:
+        """The next command of ``commands`` (the stream's request iterator); None when the client ended the
+        stream or :meth:`end` was called. Raises TimeoutError when none came within ``timeout_s`` (None =
+        wait as long as it takes)."""
+        if self.closed:
+            return None
+        if self._ended is None:
+            self._ended = asyncio.get_running_loop().create_future()
+        read = asyncio.ensure_future(anext(commands, None))
+        try:
+            done, _ = await asyncio.wait({read, self._ended}, timeout=timeout_s, return_when=FIRST_COMPLETED)
+        finally:
+            if not read.done():
+                read.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await read
+        if read in done:
+            return read.result()
+        if self._ended.done():
+            return None
+        raise TimeoutError(f"no Telemetry command within {timeout_s} s")
 
     async def send(self, command: Any) -> bool:
         """Write ``command``; False when the stream is closed (nothing written)."""
@@ -62,14 +97,16 @@ class TelemetrySession:
 @dataclass(slots=True, eq=False)
 class ClientRecord:
     """One client: ``client_type`` (``ClientType`` value, 0 until Telemetry said), ``settings`` (its last
-    ``Settings``, None until then), ``group`` (a consumer's group, "" otherwise), ``telemetry`` (its stream,
-    when open), ``resources`` (by name), ``last_seen`` (``time.monotonic()`` of its last call)."""
+    ``Settings``, None until then), ``group`` (a consumer's group, "" otherwise), ``telemetry`` (its newest
+    open stream, the one commands are pushed on), ``streams`` (every open one, oldest first), ``resources``
+    (by name), ``last_seen`` (``time.monotonic()`` of its last call)."""
 
     client_id: str
     client_type: int = 0
     settings: Any = None
     group: str = ""
     telemetry: TelemetrySession | None = None
+    streams: list[TelemetrySession] = field(default_factory=list)
     resources: dict[str, ClientResource] = field(default_factory=dict)
     last_seen: float = field(default_factory=time.monotonic)
 
@@ -124,11 +161,13 @@ class ClientRegistry:
         return record
 
     def remove(self, client_id: str, reason: str) -> ClientRecord | None:
-        """Drop ``client_id``: close its resources (its Telemetry stream ends on its own). Returns the record,
-        None when there was none."""
+        """Drop ``client_id``: close its resources and end its Telemetry stream. Returns the record, None when
+        there was none."""
         record = self._clients.pop(client_id, None)
         if record is not None:
             log.debug("RocketMQ client %s removed: %s", client_id, reason)
+            for stream in record.streams:
+                stream.end()
             record.close_resources()
         return record
 

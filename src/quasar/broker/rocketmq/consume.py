@@ -232,6 +232,11 @@ class ConsumeActivity:
             polling = min(polling, remaining - DEADLINE_MARGIN_S)
         return polling
 
+    @property
+    def long_polls_waiting(self) -> int:
+        """Receives waiting now, all peers."""
+        return sum(self._polls_by_peer.values())
+
     @contextmanager
     def _long_poll(self, peer: str) -> Any:
         """Count one waiting receive; TOO_MANY_REQUESTS past the limits (module docstring)."""

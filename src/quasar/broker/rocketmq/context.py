@@ -67,7 +67,9 @@ class RocketMQSettings:
     - ``request_timeout_s``, ``long_polling_timeout_s``, ``receive_batch_size``, ``max_attempts``: pushed in
       the Telemetry settings reply (§4: 3 attempts for producers, 17 = 16 retries + 1 for consumers).
     - ``client_idle_timeout_s``: a client that sent nothing (no heartbeat, no stream) for this long is dropped
-      with its producers (RocketMQ's channel expiry: 120 s).
+      with its producers (RocketMQ's channel expiry: 120 s); a Telemetry stream sending no settings within it
+      is closed.
+    - ``max_clients``: client ids known at once (TOO_MANY_REQUESTS for a new one past it).
     - ``transaction_check_interval_s``, ``transaction_timeout_s``, ``transaction_check_max``: the transaction
       checker's period, the age a half message must reach before it is checked, and the checks before it is
       given up (broker.conf ``transaction_check_interval`` / ``transaction_time_out`` / ``transaction_check_max``).
@@ -85,6 +87,7 @@ class RocketMQSettings:
     producer_max_attempts: int = 3
     consumer_max_attempts: int = DEFAULT_CONSUMER_MAX_ATTEMPTS
     client_idle_timeout_s: float = 120.0
+    max_clients: int = 10_000
     transaction_check_interval_s: float = 30.0
     transaction_timeout_s: float = 6.0
     transaction_check_max: int = 15
@@ -205,10 +208,15 @@ class Transactions(Protocol):
     """The send path's view of the listener's transaction service (``transaction.TransactionService``)."""
 
     async def prepare(
-        self, mapped: MappedMessage, real_topic: TopicName, queue_id: int, client_namespace: str
+        self,
+        mapped: MappedMessage,
+        real_topic: TopicName,
+        queue_id: int,
+        client_namespace: str,
+        message: Any = None,
     ) -> int:
-        """Store a half message for ``real_topic`` queue ``queue_id``; returns its half-queue offset. Raises
-        RocketMQError."""
+        """Store a half message for ``real_topic`` queue ``queue_id`` (``message``: the request's, for its
+        immunity time); returns its half-queue offset. Raises RocketMQError."""
         ...
 
 

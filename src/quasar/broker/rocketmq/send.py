@@ -195,7 +195,9 @@ class SendActivity:
             raise RocketMQError(Code.FORBIDDEN, str(exc)) from None
         if mapped.message_type == definition.MessageType.TRANSACTION:  # rmqtx: a half message
             namespace = message.topic.resource_namespace or metadata.namespace
-            return int(await ctx.transaction_service().prepare(mapped, partition, queue_id, namespace))
+            return int(
+                await ctx.transaction_service().prepare(mapped, partition, queue_id, namespace, message)
+            )
         try:
             link = await self._link(record, partition, metadata)
             written = link.topic

@@ -7,7 +7,8 @@ groups). Before a handler runs, every call is checked the proxy's way: ``x-mq-cl
 (CLIENT_ID_REQUIRED), and with authentication enabled on the broker the caller must authenticate
 (``auth.py``: a token as access key, or a TLS client certificate; else UNAUTHORIZED). A handler's
 ``RocketMQError`` becomes the response's ``Status``; any other exception is logged and answered
-INTERNAL_SERVER_ERROR; an RPC no group implements answers NOT_IMPLEMENTED (50100) with a message — always a
+INTERNAL_SERVER_ERROR; bytes that do not decode as the RPC's request answer BAD_REQUEST (a Telemetry stream
+gets that status written and ends); an RPC no group implements answers NOT_IMPLEMENTED (50100) with a message — always a
 Status in a normal response, never a bare gRPC error (the py client needs one).
 
 Handler shapes by RPC kind: unary (``async def QueryRoute(self, request, context) -> response``), server
@@ -65,6 +66,41 @@ def _response_class(method: Any) -> Any:
     return getattr(service, method.output_type.name)
 
 
+class MalformedRequest:
+    """What a request's bytes decode to when they are not a valid message of the RPC's type: the handler
+    answers it BAD_REQUEST with ``reason`` (gRPC would answer UNKNOWN and log a traceback per call)."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+def _tolerant(request_class: Any) -> Callable[[bytes], Any]:
+    parse = request_class.FromString
+    name = request_class.DESCRIPTOR.name
+
+    def deserialize(data: bytes) -> Any:
+        try:
+            return parse(data)
+        except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError and its kin: bad bytes from outside
+            return MalformedRequest(f"malformed {name}: {exc}")
+
+    return deserialize
+
+
+def _check_well_formed(request: Any) -> None:
+    if request.__class__ is MalformedRequest:
+        raise RocketMQError(Code.BAD_REQUEST, request.reason)
+
+
+async def _well_formed(requests: Any) -> AsyncIterator[Any]:
+    """A stream's requests; RocketMQError BAD_REQUEST at the first malformed one."""
+    async for request in requests:
+        _check_well_formed(request)
+        yield request
+
+
 class Servicer:
     """Dispatches every ``MessagingService`` RPC to its handler group (module docstring)."""
 
@@ -110,7 +146,7 @@ class Servicer:
             response_class = _response_class(method)
             handler = self._handler(method.name)
             kwargs = {
-                "request_deserializer": request_class.FromString,
+                "request_deserializer": _tolerant(request_class),
                 "response_serializer": response_class.SerializeToString,
             }
             if method.client_streaming:
@@ -130,6 +166,7 @@ class Servicer:
     def _unary(self, name: str, handler: Any, response_class: Any) -> Any:
         async def call(request: Any, context: Any) -> Any:
             try:
+                _check_well_formed(request)
                 self._admit(context)
                 if handler is None:
                     raise RocketMQError(Code.NOT_IMPLEMENTED, f"{name} is not implemented by this broker yet")
@@ -148,6 +185,7 @@ class Servicer:
     def _streaming(self, name: str, handler: Any, response_class: Any) -> Any:
         async def call(request: Any, context: Any) -> AsyncIterator[Any]:
             try:
+                _check_well_formed(request)
                 self._admit(context)
                 if handler is None:
                     raise RocketMQError(Code.NOT_IMPLEMENTED, f"{name} is not implemented by this broker yet")
@@ -171,7 +209,7 @@ class Servicer:
                 await context.write(response_class(status=new_status(exc.code, exc.message)))
                 return
             try:
-                await handler(request_iterator, context)
+                await handler(_well_formed(request_iterator), context)
             except RocketMQError as exc:
                 await context.write(response_class(status=new_status(exc.code, exc.message)))
             except Exception:
@@ -189,7 +227,9 @@ class RocketMQListener:
         self.host = host
         self.requested_port = port
         self.context = RocketMQContext(
-            service, settings, ClientRegistry(idle_timeout_s=settings.client_idle_timeout_s)
+            service,
+            settings,
+            ClientRegistry(idle_timeout_s=settings.client_idle_timeout_s, max_clients=settings.max_clients),
         )
         self._server: grpc.aio.Server | None = None
         self._serving = False
@@ -263,6 +303,22 @@ class RocketMQListener:
             self.port,
             f" (TLS on port {self.context.tls_port})" if self.context.tls_port else "",
         )
+
+    def stats(self) -> dict[str, int]:
+        """What the endpoint holds now (``GET /admin/v2/broker-stats/rocketmq``, docs/rocketmq-limits.md):
+        ``clients`` (registry records), ``telemetryStreams`` (open ones), ``producers`` (broker-side producers
+        made for clients), ``receivesWaiting`` / ``pullsWaiting`` (long polls waiting)."""
+        records = self.context.clients.records()
+        groups = self._servicer.groups if self._servicer is not None else []
+        receives = sum(group.long_polls_waiting for group in groups if isinstance(group, ConsumeActivity))
+        pulls = sum(group.engine.holds.waiting for group in groups if isinstance(group, PullActivity))
+        return {
+            "clients": len(records),
+            "telemetryStreams": sum(len(r.streams) for r in records),
+            "producers": sum(len(r.resources) for r in records),
+            "receivesWaiting": receives,
+            "pullsWaiting": pulls,
+        }
 
     async def stop(self) -> None:
         server, self._server = self._server, None

@@ -11,11 +11,15 @@
   naming another topic) INTERNAL_SERVER_ERROR, as the proxy answers a missing transaction ("cannot find
   transaction data"); a resolution that is neither COMMIT nor ROLLBACK leaves the half as it is (OK).
 - **Checker** (:class:`TransactionService`, one owned task): every ``transaction_check_interval_s`` while
-  halves exist (idle otherwise), each half older than ``transaction_timeout_s`` is asked about over the
+  halves exist (idle otherwise), each half older than ``transaction_timeout_s`` and than its producer's
+  ``orphaned_transaction_recovery_duration`` (at most 3600 s, else BAD_REQUEST at send; stored with the half as
+  ``CHECK_IMMUNITY_TIME_IN_SECONDS``, so a restart keeps it) is asked about over the
   Telemetry stream of a connected producer of its topic (producer group = topic):
   ``TelemetryCommand{recover_orphaned_transaction_command{message, transaction_id}}``; the producer's
   EndTransaction (source SERVER_CHECK) resolves it. After ``transaction_check_max`` checks the half is moved
-  to ``TRANS_CHECK_MAX_TIME_TOPIC`` and logged. Check counts live in memory (a restart counts again).
+  to ``TRANS_CHECK_MAX_TIME_TOPIC`` and logged. Each check re-puts the half with ``TRANSACTION_CHECK_TIMES``
+  (``HalfStore.recheck``, as RocketMQ), so the count survives a restart; EndTransaction waits for a re-put in
+  progress.
 """
 
 from __future__ import annotations
@@ -31,7 +35,13 @@ from quasar.broker.rocketmq.context import RocketMQContext, call_metadata
 from quasar.broker.rocketmq.mapping import MappedMessage, messages_of_entry
 from quasar.broker.rocketmq.status import Code, RocketMQError
 from quasar.broker.rocketmq.stubs import definition, service
-from quasar.broker.rocketmq.transaction_store import HalfMessage, HalfStore, ServiceWriter, real_message
+from quasar.broker.rocketmq.transaction_store import (
+    HalfMessage,
+    HalfStore,
+    ServiceWriter,
+    check_immunity_s,
+    real_message,
+)
 from quasar.protocol.errors import ProtocolError
 
 if TYPE_CHECKING:
@@ -82,7 +92,10 @@ class TransactionService:
     async def _run(self) -> None:
         try:
             for half in await self.store.recover():
-                self.halves.setdefault(half.transaction_id, half)
+                older = self.halves.get(half.transaction_id)
+                self.halves[half.transaction_id] = half  # store order: a re-put copy is the later one
+                if older is not None:  # a crash between a re-put and its acknowledgement
+                    await self.store.resolve(older)
         except Exception:  # a failed recovery must not stop sends and commits of new halves
             log.exception("RocketMQ transactions: recovering half messages failed")
         finally:
@@ -102,13 +115,21 @@ class TransactionService:
 
     # ------------------------------------------------------------------ prepare / end
     async def prepare(
-        self, mapped: MappedMessage, real_topic: TopicName, queue_id: int, client_namespace: str
+        self,
+        mapped: MappedMessage,
+        real_topic: TopicName,
+        queue_id: int,
+        client_namespace: str,
+        message: Any = None,
     ) -> int:
-        """Store a half message for ``real_topic`` queue ``queue_id``; returns its half-queue offset. Raises
-        RocketMQError (TOO_MANY_REQUESTS past :data:`MAX_HALF_MESSAGES`, the store's errors)."""
+        """Store a half message for ``real_topic`` queue ``queue_id``; returns its half-queue offset. ``message``
+        (the request's ``Message``) gives the immunity time (``check_immunity_s``). Raises RocketMQError
+        (BAD_REQUEST for a recovery duration past 3600 s, TOO_MANY_REQUESTS past :data:`MAX_HALF_MESSAGES`,
+        the store's errors)."""
+        immunity_s = check_immunity_s(message) if message is not None else 0
         if len(self.halves) >= MAX_HALF_MESSAGES:
             raise RocketMQError(Code.TOO_MANY_REQUESTS, f"{MAX_HALF_MESSAGES} transactions are unresolved")
-        half, offset = await self.store.prepare(mapped, real_topic, queue_id, client_namespace)
+        half, offset = await self.store.prepare(mapped, real_topic, queue_id, client_namespace, immunity_s)
         self.halves[half.transaction_id] = half
         self._wakeup.set()
         return offset
@@ -129,6 +150,10 @@ class TransactionService:
         the resolved half. ``topic_name``, when given, must be its RocketMQ topic. Raises RocketMQError
         INTERNAL_SERVER_ERROR for no such unresolved half, the store's errors (the half stays unresolved)."""
         half = await self.find(transaction_id, topic_name)
+        while half.rewriting is not None:  # a check's re-put moves it: resolve the copy
+            await half.rewriting
+        if self.halves.get(transaction_id) is not half:
+            half = await self.find(transaction_id, topic_name)
         if half.resolving:
             raise RocketMQError(Code.INTERNAL_SERVER_ERROR, f"transaction {transaction_id} is being resolved")
         half.resolving = True
@@ -158,14 +183,20 @@ class TransactionService:
         timeout_ms = settings.transaction_timeout_s * 1000
         sent = 0
         for half in list(self.halves.values()):
-            if half.resolving or self.halves.get(half.transaction_id) is not half:
+            if half.resolving or half.rewriting or self.halves.get(half.transaction_id) is not half:
                 continue
-            if now - half.stored_ms < timeout_ms:
-                continue
+            if now - half.stored_ms < max(timeout_ms, half.immunity_ms):
+                continue  # younger than the check timeout, or than the producer's immunity time
             if half.checks >= settings.transaction_check_max:
                 await self._give_up(half)
                 continue
             half.checks += 1
+            try:
+                await self.store.recheck(half)
+            except RocketMQError as exc:  # asked all the same; the count is kept in memory
+                log.warning("RocketMQ transaction %s: re-put failed: %s", half.transaction_id, exc.message)
+            if self.halves.get(half.transaction_id) is not half:
+                continue  # resolved meanwhile
             if await self._ask(half):
                 sent += 1
         return sent

@@ -36,12 +36,18 @@ from quasar.broker.rocketmq.clients import ClientRecord
 from quasar.broker.rocketmq.mapping import PROPERTY_KEYS, PROPERTY_UNIQ_KEY, MappedMessage
 from quasar.broker.rocketmq.send import _ProducerLink
 from quasar.broker.rocketmq.status import Code, RocketMQError, code_of
+from quasar.broker.system_topics import (
+    RMQ_TRANS_CHECK_MAX_TIME_TOPIC,
+    RMQ_TRANS_HALF_TOPIC,
+    RMQ_TRANS_OP_HALF,
+)
 from quasar.broker.topic import PersistentTopic
 from quasar.java_hash import java_string_hash
 from quasar.ledger.entry import Entry
 from quasar.ledger.position import Position
 from quasar.protocol import TopicName, parse_headers_and_payload
 from quasar.protocol.enums import InitialPosition
+from quasar.protocol.errors import ProtocolError
 
 if TYPE_CHECKING:
     from quasar.broker.broker_service import BrokerService
@@ -57,14 +63,21 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
-MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
-OP_SUBSCRIPTION = "RMQ_SYS_TRANS_OP_HALF"
+HALF_TOPIC = RMQ_TRANS_HALF_TOPIC  # system topics: hidden from listings, deleted with their namespace
+MAX_TIME_TOPIC = RMQ_TRANS_CHECK_MAX_TIME_TOPIC
+OP_SUBSCRIPTION = RMQ_TRANS_OP_HALF  # Pulsar clients may not subscribe to it (broker/system_topics.py)
 PROPERTY_REAL_TOPIC = "REAL_TOPIC"
 PROPERTY_REAL_QID = "REAL_QID"
 PROPERTY_PGROUP = "PGROUP"
 PROPERTY_TRAN_MSG = "TRAN_MSG"
 PROPERTY_NAMESPACE = "RMQ_NAMESPACE"
+PROPERTY_CHECK_IMMUNITY = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+PROPERTY_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
+"""Checks made so far, on a re-put half (RocketMQ's ``MessageConst.PROPERTY_TRANSACTION_CHECK_TIMES``)."""
+PROPERTY_PREPARED_MS = "TRAN_PREPARED_STORE_MS"
+"""A re-put half's first store time (ms), so its age counts from the prepare, not from the re-put."""
+MAX_CHECK_IMMUNITY_S = 3600
+"""Longest ``orphaned_transaction_recovery_duration`` a producer may ask for (proxy: BAD_REQUEST past it)."""
 _READ_BATCH = 256
 _READ_BYTES = 4 * 1024 * 1024
 
@@ -74,8 +87,10 @@ class HalfMessage:
     """One unresolved half message: ``transaction_id`` (= its UNIQ_KEY), where it is stored (``namespace``
     ``public/<ns>``, ``position``), where it goes on commit (``real_topic`` partition, ``queue_id``), the
     producer group (``producer_group`` = the RocketMQ topic name, ``client_namespace`` as the client named
-    it), ``stored_ms`` (store time), ``checks`` made so far (not persisted: a restart starts counting again)
-    and ``resolving`` while a resolution is in progress."""
+    it), ``stored_ms`` (store time), ``immunity_ms`` (no check before ``stored_ms + immunity_ms``: the
+    producer's ``orphaned_transaction_recovery_duration``, stored as ``CHECK_IMMUNITY_TIME_IN_SECONDS``; 0 =
+    the broker's ``transaction_timeout_s`` alone), ``checks`` made so far (persisted by :meth:`HalfStore.
+    recheck`), ``resolving`` while a resolution is in progress and ``rewriting`` while a re-put is."""
 
     transaction_id: str
     namespace: str
@@ -87,6 +102,8 @@ class HalfMessage:
     stored_ms: int
     checks: int = 0
     resolving: bool = False
+    immunity_ms: int = 0
+    rewriting: asyncio.Future[None] | None = None
 
 
 class ServiceWriter:
@@ -167,6 +184,28 @@ def half_topic(namespace: str) -> TopicName:
     return TopicName.parse(f"persistent://{namespace}/{HALF_TOPIC}")
 
 
+def check_immunity_s(message: Any) -> int:
+    """Seconds a TRANSACTION ``message`` (``apache.rocketmq.v2.Message``) must not be checked: its
+    ``system_properties.orphaned_transaction_recovery_duration`` rounded up (0 without one). Raises RocketMQError
+    BAD_REQUEST when it is negative or past :data:`MAX_CHECK_IMMUNITY_S` (the proxy's limit)."""
+    system = message.system_properties
+    if not system.HasField("orphaned_transaction_recovery_duration"):
+        return 0
+    duration = system.orphaned_transaction_recovery_duration
+    if (
+        duration.seconds < 0
+        or duration.nanos < 0
+        or duration.seconds > MAX_CHECK_IMMUNITY_S
+        or (duration.seconds == MAX_CHECK_IMMUNITY_S and duration.nanos > 0)
+    ):
+        raise RocketMQError(
+            Code.BAD_REQUEST,
+            f"orphaned_transaction_recovery_duration must be within 0..{MAX_CHECK_IMMUNITY_S} s, got"
+            f" {duration.seconds}.{abs(duration.nanos):09d} s",
+        )
+    return int(duration.seconds) + (1 if duration.nanos else 0)
+
+
 def real_message(entry: Entry, transaction_id: str) -> MappedMessage:
     """The message a half entry becomes in its real queue: the same metadata and body, the store properties
     ``UNIQ_KEY``/``KEYS`` (indexed) and the tag hash of its ``TAGS``. Raises quasar.protocol.ProtocolError for
@@ -212,10 +251,15 @@ class HalfStore:
         return topic, subscription
 
     async def prepare(
-        self, mapped: MappedMessage, real_topic: TopicName, queue_id: int, client_namespace: str
+        self,
+        mapped: MappedMessage,
+        real_topic: TopicName,
+        queue_id: int,
+        client_namespace: str,
+        immunity_s: int = 0,
     ) -> tuple[HalfMessage, int]:
-        """Store ``mapped`` as a half message bound for ``real_topic`` (queue ``queue_id``); returns its record
-        and its half-queue offset. Raises RocketMQError."""
+        """Store ``mapped`` as a half message bound for ``real_topic`` (queue ``queue_id``; not checked for
+        ``immunity_s`` seconds); returns its record and its half-queue offset. Raises RocketMQError."""
         namespace = real_topic.namespace_name
         await self._loaded(namespace)  # the op subscription exists before the first half is written
         half = MappedMessage(
@@ -229,6 +273,7 @@ class HalfStore:
                 PROPERTY_PGROUP: mapped.topic,
                 PROPERTY_NAMESPACE: client_namespace,
                 PROPERTY_TRAN_MSG: "true",
+                **({PROPERTY_CHECK_IMMUNITY: str(immunity_s)} if immunity_s else {}),
             },
             tag_hash=mapped.tag_hash,
             message_id=mapped.message_id,
@@ -243,6 +288,7 @@ class HalfStore:
             producer_group=mapped.topic,
             client_namespace=client_namespace,
             stored_ms=int(time.time() * 1000),
+            immunity_ms=immunity_s * 1000,
         )
         return entry, offset
 
@@ -268,6 +314,39 @@ class HalfStore:
             raise RocketMQError(
                 Code.INTERNAL_SERVER_ERROR, f"recording the end of transaction {half.transaction_id}: {exc}"
             ) from None
+
+    async def recheck(self, half: HalfMessage) -> None:
+        """Persist ``half.checks`` as RocketMQ does: re-put the half at the end of the half topic with
+        ``TRANSACTION_CHECK_TIMES`` (and its first store time), then acknowledge the old entry; ``half.position``
+        moves to the copy. Resolutions wait for it (``half.rewriting``). Raises RocketMQError (the half stays
+        where it was)."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        half.rewriting = done
+        try:
+            stored = await self.entry(half)
+            try:
+                copy = real_message(stored, half.transaction_id)
+            except ProtocolError as exc:
+                raise RocketMQError(Code.INTERNAL_SERVER_ERROR, f"half message unreadable: {exc}") from None
+            copy.store_properties = {
+                **stored.properties,
+                PROPERTY_CHECK_TIMES: str(half.checks),
+                PROPERTY_PREPARED_MS: str(half.stored_ms),
+            }
+            position, _ = await self._writer.publish(half_topic(half.namespace), copy, keep=True)
+            old, half.position = half.position, position
+            _, subscription = await self._loaded(half.namespace)
+            try:
+                subscription.cursor.delete([old])
+                await subscription.cursor.flush()
+            except Exception as exc:  # noqa: BLE001 - a restart then finds both copies: the later one wins
+                raise RocketMQError(
+                    Code.INTERNAL_SERVER_ERROR, f"re-putting half {half.transaction_id}: {exc}"
+                ) from None
+        finally:
+            half.rewriting = None
+            done.set_result(None)
 
     async def give_up(self, half: HalfMessage) -> None:
         """Copy the half to the namespace's ``TRANS_CHECK_MAX_TIME_TOPIC`` and resolve it. Raises
@@ -332,7 +411,9 @@ def _half_of(namespace: str, stored: Entry) -> HalfMessage | None:
             queue_id=int(properties[PROPERTY_REAL_QID]),
             producer_group=properties.get(PROPERTY_PGROUP, ""),
             client_namespace=properties.get(PROPERTY_NAMESPACE, ""),
-            stored_ms=stored.store_timestamp,
+            stored_ms=int(properties.get(PROPERTY_PREPARED_MS, stored.store_timestamp)),
+            immunity_ms=int(properties.get(PROPERTY_CHECK_IMMUNITY, 0)) * 1000,
+            checks=int(properties.get(PROPERTY_CHECK_TIMES, 0)),
         )
     except (KeyError, ValueError):
         return None
