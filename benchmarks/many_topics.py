@@ -13,6 +13,9 @@ Starts ``quasar standalone`` on free ports over a temporary data directory (remo
    over ``--active`` topics (one producer each, batching off) and on one topic, ``--messages`` messages each,
    in the same sitting (spread first).
 
+With ``--profile FILE`` the creation and both publish phases are recorded with ``py-spy record -F -f raw`` into
+``FILE.create``, ``FILE.spread`` and ``FILE.one`` (summarize them with ``benchmarks/pyspy_summary.py``).
+
 Numbers are for comparison only, never asserted by tests. Usage:
 ``python benchmarks/many_topics.py [--topics 10000] [--active 10000] [--messages 20000]``
 """
@@ -29,6 +32,9 @@ from pathlib import Path
 from typing import Any
 
 import click
+
+# run as a script: benchmarks/ is on sys.path
+from pyspy_record import start_profile, stop_profile
 from rich.console import Console
 from rich.table import Table
 
@@ -132,7 +138,16 @@ async def publish_rate(service_url: str, topics: Sequence[str], messages: int, w
 @click.option("--window", default=1_000, show_default=True, help="Sends outstanding at most.")
 @click.option("--concurrency", default=64, show_default=True, help="Topics created at a time.")
 @click.option("--keep", is_flag=True, help="Keep the data directory (its path is printed).")
-def main(topic_count: int, active: int, messages: int, window: int, concurrency: int, keep: bool) -> None:
+@click.option("--profile", type=click.Path(path_type=Path), default=None, help="py-spy raw output file.")
+def main(
+    topic_count: int,
+    active: int,
+    messages: int,
+    window: int,
+    concurrency: int,
+    keep: bool,
+    profile: Path | None,
+) -> None:
     console = Console()
     base = Path(tempfile.mkdtemp(prefix="quasar-many-topics-"))
     data_dir = base / "data"
@@ -144,7 +159,9 @@ def main(topic_count: int, active: int, messages: int, window: int, concurrency:
         started_fds = open_fds(broker.pid)
         rows.append(("topics", f"{topic_count:,}"))
         rows.append(("open fds, empty broker", f"{started_fds}"))
+        spy = start_profile(profile, "create", broker.pid)
         rate = asyncio.run(create_topics(broker.service_url, topic_count, concurrency))
+        stop_profile(spy)
         rows.append(("create + subscribe + 1 msg", f"{rate:,.0f} topics/s"))
         time.sleep(1.5)  # a consume queue flush round
         pid = broker.pid
@@ -165,8 +182,12 @@ def main(topic_count: int, active: int, messages: int, window: int, concurrency:
         rows.append(("RSS after restart", f"{rss_mb(broker.pid):,.0f} MiB"))
         rows.append(("open fds after restart", f"{open_fds(broker.pid):,}"))
         spread_topics = [f"{TOPIC_PREFIX}{i}" for i in range(min(active, topic_count))]
+        spy = start_profile(profile, "spread", broker.pid)
         spread = asyncio.run(publish_rate(broker.service_url, spread_topics, messages, window))
+        stop_profile(spy)
+        spy = start_profile(profile, "one", broker.pid)
         one = asyncio.run(publish_rate(broker.service_url, [f"{TOPIC_PREFIX}0"], messages, window))
+        stop_profile(spy)
         rows.append((f"publish over {len(spread_topics):,} topics", f"{spread:,.0f} msg/s"))
         rows.append(("publish on one topic", f"{one:,.0f} msg/s ({spread / one:.0%} spread/one)"))
         rows.append(("open fds at the end", f"{open_fds(broker.pid):,}"))
