@@ -52,21 +52,6 @@ async def test_a_new_ledger_is_created_without_reading_the_metadata_store():
     await factory.close()
 
 
-async def test_only_a_new_ledger_asks_the_store_to_make_its_queue_file_ahead():
-    store, metadata = FakeMessageStore(), FakeMetadataStore()
-    factory = ManagedLedgerFactory(store, metadata)
-    await factory.start()
-    ledger = await factory.open("persistent://t/n/new")
-    assert store.prepared_queues == [("persistent://t/n/new", 0)]  # before open returned, so before any add
-    await ledger.add_entry(b"m")
-    await factory.close()
-    factory = ManagedLedgerFactory(store, metadata)  # listed now: an existing ledger
-    await factory.start()
-    await factory.open("persistent://t/n/new")
-    assert store.prepared_queues == [("persistent://t/n/new", 0)]
-    await factory.close()
-
-
 async def test_a_ledger_the_factory_did_not_list_keeps_its_stored_table_and_cursors():
     """A table written after ``start`` listed the names (e.g. by the previous owner) is read, not replaced."""
     store, metadata = FakeMessageStore(), FakeMetadataStore()

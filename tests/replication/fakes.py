@@ -204,6 +204,3 @@ class FakeStore:
 
     def set_queue_min_offset(self, topic: str, queue_id: int, queue_offset: int) -> None:
         pass
-
-    async def prepare_queue(self, topic: str, queue_id: int) -> None:
-        pass

@@ -139,9 +139,7 @@ class ManagedLedger:
 
         ``new=True`` (the factory lists no ledger of that name): nothing is read first; the table is written
         once with "must not exist yet" and the ledger starts without cursors (one metadata round trip instead
-        of three), and the store makes the queue's first file on a worker thread at the same time
-        (``MessageStorePort.prepare_queue``). Should the table exist after all, it is read and reconciled as
-        without ``new``.
+        of three). Should the table exist after all, it is read and reconciled as without ``new``.
 
         ``ledger_id_allocator`` is shared by every managed ledger of the metadata store; ``clock_ms`` gives
         wall-clock ms (injectable for tests). Raises ``ValueError`` for an empty name, ``MetadataError`` when
@@ -155,13 +153,8 @@ class ManagedLedger:
         table_store = LedgerTableStore(metadata, store, name)
         cursor_store = CursorStore(metadata, name)
         snapshots: Mapping[str, CursorSnapshot] = {}
-        if (
-            new
-        ):  # the queue's first file is made off the loop meanwhile (its first put then does no file work)
-            recovered, _ = await asyncio.gather(
-                table_store.create(ledger_id_allocator.allocate_async, clock()),
-                store.prepare_queue(name, QUEUE_ID),
-            )
+        if new:
+            recovered = await table_store.create(ledger_id_allocator.allocate_async, clock())
             if table_store.existed:  # the table was there after all: so may its cursors be
                 snapshots = await cursor_store.load_all()
         else:

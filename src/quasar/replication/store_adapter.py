@@ -206,10 +206,6 @@ class ReplicatedStore:
     def set_queue_min_offset(self, topic: str, queue_id: int, queue_offset: int) -> None:
         self.store.set_queue_min_offset(topic, queue_id, queue_offset)
 
-    async def prepare_queue(self, topic: str, queue_id: int) -> None:
-        """The store's (a new queue's first file, made off the loop)."""
-        await self.store.prepare_queue(topic, queue_id)
-
     async def delete_queue(self, topic: str, queue_id: int) -> int:
         """The master's files only: a slave keeps the deleted queue's units (its commit log is the master's,
         so the queue's end, where a new managed ledger of that name starts, is the same there)."""

@@ -318,42 +318,16 @@ class ConsumeQueue:
         self.min_logic_offset = expected
 
     def _ensure_dirs(self) -> None:
-        """Create the topic and queue directories (one ``mkdir`` each: a new queue's cost on the put path,
-        unless :meth:`create_first_file` ran for it off the loop)."""
+        """Create the topic and queue directories (one ``mkdir`` each: a new queue's cost on the put path)."""
         if self.mapped_file_queue.store_path.is_dir():
             return
-        self._make_dirs()
-        self._dirs_need_sync = True
-
-    def _make_dirs(self) -> None:
         self.topic_path.mkdir(parents=True, exist_ok=True)
         self.mapped_file_queue.store_path.mkdir(exist_ok=True)
         if self.topic_path.name.startswith(_HASHED_PREFIX):
             topic_file = self.topic_path / TOPIC_FILE_NAME
             if not topic_file.exists():
                 topic_file.write_text(self.topic, encoding="utf-8")
-
-    def create_first_file(self) -> MappedFile:
-        """A new queue's directories and first file (at queue offset 0, its first page of disk reserved), made
-        on a worker thread so that the queue's first put does no file work on the loop (RocketMQ creates
-        files ahead in ``AllocateMappedFileService`` the same way). Blocking, any thread: touches the file
-        system only; hand the result to :meth:`adopt_first_file` on the loop thread. Raises OSError
-        (``FileExistsError`` when a put created the file first)."""
-        self._make_dirs()
-        return self.mapped_file_queue.create_first_file()
-
-    def adopt_first_file(self, mapped_file: MappedFile) -> None:
-        """Take the file :meth:`create_first_file` made as this (still file-less) queue's first file; its
-        directories are fsynced by the next consume queue flush, as when a put creates them. Loop thread.
-        Raises ``ValueError`` when the queue has a file already."""
-        self.mapped_file_queue.adopt_first_file(mapped_file)
         self._dirs_need_sync = True
-
-    def first_file_not_made(self) -> None:
-        """:meth:`create_first_file` failed: directories it did make are fsynced by the next flush all the
-        same (the first put finds them and makes none). Loop thread."""
-        if self.mapped_file_queue.store_path.is_dir():
-            self._dirs_need_sync = True
 
     # -- load / recover --------------------------------------------------------------------------------------
 

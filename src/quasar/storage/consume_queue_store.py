@@ -100,10 +100,6 @@ class ConsumeQueueStore:
                 raise ConsumeQueueUnavailableError(f"consume queue {topic}/{queue_id}: {exc}") from exc
         return queue
 
-    def loaded_queue(self, key: tuple[str, int]) -> ConsumeQueue | None:
-        """The loaded queue of ``key`` (topic, queue id), or None (never loads one)."""
-        return self._queues.get(key)
-
     def find_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
         """The queue of (topic, queue id) (loaded if on disk), created empty (no file yet) when missing.
         Raises :class:`ConsumeQueueDeletingError` while that queue is being deleted, the errors of

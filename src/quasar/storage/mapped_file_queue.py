@@ -225,35 +225,6 @@ class MappedFileQueue:
         self._set_files([*files, mapped_file])
         return mapped_file
 
-    def create_first_file(self) -> MappedFile:
-        """Create (``O_EXCL``) and map this queue's first file at offset 0 and reserve its first disk step,
-        without adding it to the queue: blocking, for a worker thread (the caller hands it to
-        :meth:`adopt_first_file` on the owning thread). The directory must exist. Raises OSError
-        (``FileExistsError`` when the file is there already)."""
-        mapped_file = MappedFile(
-            self.store_path / offset_to_file_name(0),
-            self.mapped_file_size,
-            create=True,
-            first_reserve_step=self.first_reserve_step,
-            keep_fd=self.file_cache is None,
-        )
-        try:
-            mapped_file.reserve(1)
-        except BaseException:
-            mapped_file.destroy()
-            raise
-        return mapped_file
-
-    def adopt_first_file(self, mapped_file: MappedFile) -> None:
-        """Make ``mapped_file`` (from :meth:`create_first_file`) this queue's only file; the queue must have
-        none (``ValueError`` otherwise). Owning thread only."""
-        if self._files:
-            raise ValueError(f"{self.store_path} has files already")
-        if self.file_cache is not None:
-            self.file_cache.add(mapped_file)
-        self.flushed_where = mapped_file.file_from_offset
-        self._set_files([mapped_file])
-
     # -- flush -----------------------------------------------------------------------------------------------
 
     def flush(self, least_pages: int = 0) -> int:

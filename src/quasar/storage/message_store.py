@@ -37,8 +37,7 @@ reaches into another through ``self``:
 - :class:`~quasar.storage.clean_service.StoreRetention`: ``set_queue_min_offset``, ``clean_once``, disk guard;
 - :class:`~quasar.storage.replica_path.StoreReplica`: ``read_commit_log``, ``append_replicated``, replica mode,
   ``truncate_commit_log`` (RocketMQ HA; the methods come from its :class:`ReplicaFacade` base class).
-- :class:`~quasar.storage.queue_deletion.QueueDeletion`: ``delete_queue`` (a deleted topic's consume queue);
-  :class:`~quasar.storage.queue_preparation.QueuePreparation`: ``prepare_queue`` (a new queue's first file).
+- :class:`~quasar.storage.queue_deletion.QueueDeletion`: ``delete_queue`` (a deleted topic's consume queue).
 
 ``put``, ``put_batch``, ``get`` and ``wait_flushed`` are bound onto the instance in ``__init__`` (the methods
 below document them and give mypy their signatures): the publish and dispatch paths pay no delegation call.
@@ -72,13 +71,18 @@ from quasar.storage.flush import FlushCallback, FlushDiskType
 from quasar.storage.index_service import IndexService, KeyExtractor
 from quasar.storage.mapped_file import fsync_dir, offset_to_file_name
 from quasar.storage.queue_deletion import QueueDeletion
-from quasar.storage.queue_preparation import QueuePreparation
 from quasar.storage.read_path import DEFAULT_MAX_GET_BYTES, StoreReader
 from quasar.storage.record import ipv4_host
 from quasar.storage.recovery import RecoveryResult, recover
 from quasar.storage.replica_path import ReplicaFacade, StoreReplica
 from quasar.storage.reput import ReputMessageService
-from quasar.storage.results import GetResult, PutBatchResult, PutResult, StoredMessage, StoreStatistics
+from quasar.storage.results import (
+    GetResult,
+    PutBatchResult,
+    PutResult,
+    StoredMessage,
+    StoreStatistics,
+)
 from quasar.storage.status import GetStatus, PutStatus
 from quasar.storage.store_flushing import StoreFlusher
 from quasar.storage.store_parts import StoreParts
@@ -183,7 +187,6 @@ class MessageStore(ReplicaFacade):
         self._replica = StoreReplica(parts, self.dispatchers, self.flusher, self.retention, self.allocator)
         self.delete_queue = QueueDeletion(parts, self.retention.run_on_loop, self.flusher.consume_queues_held,
                                           self.retention.clean_lock, lambda: self.checkpoint).delete_queue  # fmt: skip
-        self.prepare_queue = QueuePreparation(self.consume_queues).prepare_queue
         # The publish and dispatch paths call the parts directly: no delegation frame per call.
         self.put = self._writer.put  # type: ignore[method-assign]  # same signature, bound once
         self.put_batch = self._writer.put_batch  # type: ignore[method-assign]  # same signature, bound once

@@ -72,8 +72,3 @@ class MessageStorePort(Protocol):
     async def delete_queue(self, topic: str, queue_id: int) -> int:
         """Delete the queue's units; its queue offsets stay taken (returns where the empty queue starts)."""
         ...
-
-    async def prepare_queue(self, topic: str, queue_id: int) -> None:
-        """Make a new (file-less) queue's files ahead of its first put, off the event loop; a no-op for a
-        queue with files. Never raises for a store-side failure (the first put reports it)."""
-        ...

@@ -84,7 +84,6 @@ class FakeMessageStore:
         self._paused = False
         self._held: list[tuple[asyncio.Future[PutStatus], int]] = []
         self.put_count = 0
-        self.prepared_queues: list[tuple[str, int]] = []
         self.queue_min_offsets: dict[tuple[str, int], int] = {}
         """What ``set_queue_min_offset`` was told, per (topic, queue id)."""
 
@@ -146,11 +145,6 @@ class FakeMessageStore:
         count = max(0, min(offset, queue.max_offset) - queue.min_offset)
         del queue.messages[:count]
         queue.min_offset += count
-
-    async def prepare_queue(self, topic: str, queue_id: int) -> None:
-        """Nothing to make ahead in memory (the real store's ``prepare_queue`` creates a new queue's first
-        file off the loop); counts the calls in :attr:`prepared_queues`."""
-        self.prepared_queues.append((topic, queue_id))
 
     async def delete_queue(self, topic: str, queue_id: int) -> int:
         """Drop every message of the queue; its offsets stay taken (the real store's ``delete_queue``)."""
