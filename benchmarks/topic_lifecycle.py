@@ -29,9 +29,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -41,6 +38,9 @@ import aiohttp
 import click
 import httpx
 import pulsar
+
+# run as a script: benchmarks/ is on sys.path
+from pyspy_record import start_profile, stop_profile
 
 from quasar.testing.broker_process import BrokerProcess
 
@@ -109,27 +109,6 @@ def _first_use(service_url: str, names: list[str], concurrency: int) -> float:
     return elapsed
 
 
-def _start_profile(profile: Path | None, phase: str, pid: int) -> subprocess.Popen[bytes] | None:
-    """py-spy recording ``pid`` into ``<profile>.<phase>``, or None without ``--profile``."""
-    if profile is None:
-        return None
-    py_spy = str(Path(sys.executable).with_name("py-spy"))
-    out = f"{profile}.{phase}"
-    spy = subprocess.Popen(
-        [py_spy, "record", "-F", "-f", "raw", "-r", "200", "-o", out, "-p", str(pid)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    time.sleep(1.0)
-    return spy
-
-
-def _stop_profile(spy: subprocess.Popen[bytes] | None) -> None:
-    if spy is not None:
-        spy.send_signal(signal.SIGINT)  # py-spy writes its output on Ctrl-C
-        spy.wait(timeout=30)
-
-
 def _loaded_topics(admin_url: str) -> int:
     response = httpx.get(f"{admin_url}/admin/v2/broker-stats/load-report", timeout=30.0)
     return int(response.json()["numTopics"]) if response.status_code == 200 else -1
@@ -161,12 +140,12 @@ def main(topics: int, first_use: int, concurrency: int, unload_after: float, pro
         assert broker.pid is not None and broker.admin_url is not None and broker.service_url is not None
         time.sleep(1.0)
         rss_before = _rss_kib(broker.pid)
-        spy = _start_profile(profile, "rest", broker.pid)
+        spy = start_profile(profile, "rest", broker.pid)
         names = [f"lc-{i}" for i in range(topics)]
         cpu, own = _cpu_s(broker.pid), _cpu_s(os.getpid())
         rest_s = asyncio.run(_rest_create(broker.admin_url, names, concurrency))
         rest_cpu, client_cpu = _cpu_s(broker.pid) - cpu, _cpu_s(os.getpid()) - own
-        _stop_profile(spy)
+        stop_profile(spy)
         rss_loaded = _rss_kib(broker.pid)
         click.echo(
             f"REST create          {topics} topics in {rest_s:.2f} s: {topics / rest_s:,.0f} topics/s,"
@@ -175,11 +154,11 @@ def main(topics: int, first_use: int, concurrency: int, unload_after: float, pro
         click.echo(f"RSS per loaded topic {(rss_loaded - rss_before) / max(topics, 1):.1f} KiB")
         if first_use:
             used = [f"fu-{i}" for i in range(first_use)]
-            spy = _start_profile(profile, "first-use", broker.pid)
+            spy = start_profile(profile, "first-use", broker.pid)
             cpu, own = _cpu_s(broker.pid), _cpu_s(os.getpid())
             fu_s = _first_use(broker.service_url, used, concurrency)
             fu_cpu, client_cpu = _cpu_s(broker.pid) - cpu, _cpu_s(os.getpid()) - own
-            _stop_profile(spy)
+            stop_profile(spy)
             click.echo(
                 f"first use            {first_use} topics in {fu_s:.2f} s: {first_use / fu_s:,.0f} topics/s,"
                 f" broker CPU {fu_cpu * 1e6 / first_use:,.0f} us/topic (client {client_cpu * 1e6 / first_use:,.0f})"

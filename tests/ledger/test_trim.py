@@ -1,8 +1,11 @@
 """Trimming of consumed ledgers under the retention policy (semantics.md B1 "Retention and trimming")."""
 
+import asyncio
+
 import pytest
 
 from quasar.ledger.errors import ManagedLedgerFencedError, ManagedLedgerStorageError
+from quasar.ledger.managed_ledger import ManagedLedger
 from quasar.ledger.paths import ledger_table_path
 from quasar.metadata.port import encode_json
 from quasar.storage.errors import StorageError
@@ -102,3 +105,38 @@ async def test_trim_is_a_compare_and_set_write_of_the_table(env):
     assert ledger.is_fenced  # Pulsar fences a managed ledger on BadVersion: it no longer owns the table
     await ledger.close()  # a fenced ledger does not overwrite the other owner's table
     assert await stored_json(env.metadata, ledger_table_path(TOPIC)) == table
+
+
+async def wait_for(predicate, timeout_s=10.0):
+    for _ in range(int(timeout_s / 0.02)):
+        if predicate():
+            return True
+        await asyncio.sleep(0.02)
+    return predicate()
+
+
+async def test_the_background_round_skips_unchanged_ledgers_yet_trims_when_time_or_cursors_move(
+    env, monkeypatch
+):
+    # many loaded topics: a round must not recompute every ledger's bound when nothing it depends on changed
+    # (issue 21), yet a ledger held only by retention time goes once that time ran out, and one a cursor
+    # passed goes at the next round
+    calls = []
+    original = ManagedLedger.trim_bound
+    monkeypatch.setattr(ManagedLedger, "trim_bound", lambda self: calls.append(1) or original(self))
+    ledger = await env.factory.open(TOPIC)
+    cursor = await ledger.open_cursor("sub", "earliest")
+    positions = await fill(ledger, 8)  # [0..2] [3..5] [6..7] (current)
+    ledger.set_retention(1000, -1)  # closed ledgers stay 1 s after they closed
+    cursor.mark_delete(positions[4])  # passes the first ledger, which retention still keeps
+    await env.factory.flush_and_trim()
+    assert len(ledger.ledgers) == 3
+    calls.clear()
+    for _ in range(5):
+        await env.factory.flush_and_trim()
+    assert calls == []  # nothing changed: no bound computed
+    assert await wait_for(lambda: len(ledger.ledgers) == 2)  # the first ledger's retention time ran out
+    assert ledger.ledgers[0].ledger_id == positions[3].ledger_id
+    cursor.mark_delete(positions[7])  # passes the second ledger, closed more than 1 s ago by now
+    assert await wait_for(lambda: len(ledger.ledgers) == 1)
+    assert ledger.ledgers[0].ledger_id == positions[6].ledger_id

@@ -177,3 +177,31 @@ def test_load_extends_a_short_last_file(tmp_path: Path):
     assert last.stat().st_size == SIZE
     assert bytes(loaded.last_mapped_file.buffer[20:50]) == bytes(30)
     loaded.close()
+
+
+def test_a_file_mapped_again_after_a_restart_knows_the_disk_it_holds(tmp_path: Path, monkeypatch):
+    # a consume queue file loaded lazily after a restart: its next put must not open a descriptor and
+    # posix_fallocate again for blocks the file already has (per-topic work on the loop, issue 21)
+    path = tmp_path / offset_to_file_name(0)
+    written = MappedFile(path, 1024 * 1024, create=True, first_reserve_step=8192, keep_fd=False)
+    written.reserve(100)  # the first step: 8 KiB
+    assert written.reserved_position == 8192
+    written.buffer[:5] = b"units"
+    written.close()
+    again = MappedFile.unmapped(path, 1024 * 1024, first_reserve_step=8192, keep_fd=False)
+    again.remap()
+    assert 4096 <= again.reserved_position <= 8192  # learned from the file (SEEK_HOLE, st_blocks), not 0
+    reservations = []
+    monkeypatch.setattr(mapped_file_module, "reserve_space", lambda *args: reservations.append(args))
+    again.reserve(4096)
+    assert reservations == []  # nothing to allocate below what the file holds
+    again.reserve(8192 + 20)
+    assert len(reservations) == 1  # past it: reserved as usual
+    again.close()
+    sparse = tmp_path / offset_to_file_name(1024 * 1024)
+    with open(sparse, "wb") as handle:
+        handle.truncate(1024 * 1024)  # a hole throughout: nothing reserved
+    hollow = MappedFile.unmapped(sparse, 1024 * 1024, keep_fd=False)
+    hollow.remap()
+    assert hollow.reserved_position == 0
+    hollow.close()

@@ -15,7 +15,7 @@ import functools
 import itertools
 import logging
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 
 from quasar.ledger.ack_state import AckState
 from quasar.ledger.config import ManagedLedgerConfig
@@ -181,6 +181,14 @@ class LedgerCursors:
         for cursor in self._durable.values():
             bound = min(bound, table.offset_after(cursor.mark_delete_position))
         return bound
+
+    def trim_inputs(self, limit: int) -> Hashable:
+        """What :meth:`slowest_read_bound` depends on besides the ledger table: the durable cursors' mark-delete
+        positions (none passes the confirmed end, so ``limit`` does not count then), or ``limit`` without a
+        durable cursor. Equal inputs over the same table give the same bound."""
+        if not self._durable:
+            return limit
+        return tuple(cursor.mark_delete_position for cursor in self._durable.values())
 
     @property
     def any_dirty(self) -> bool:

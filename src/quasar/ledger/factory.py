@@ -205,11 +205,19 @@ class ManagedLedgerFactory:
     async def flush_and_trim(self) -> None:
         """One background round: take each ledger's trim bound, persist the cursors, then trim ledgers below
         the bound that retention no longer keeps (so persisted cursors never point into deleted ledgers).
-        Ledgers with no changed cursor and a single ledger (nothing to trim) cost an attribute check each: no
+        One pass over the loaded ledgers; one whose cursors did not change and whose trim check would answer
+        as last time (``ManagedLedger.trim_candidate``) costs a few attribute checks: no bound computation,
         coroutine or task per loaded ledger and round."""
-        ledgers = [ledger for ledger in self._ledgers.values() if not ledger.is_closed]
-        trimmable = [(ledger, ledger.trim_bound()) for ledger in ledgers if ledger.may_trim]
-        dirty = [ledger.flush_cursors() for ledger in ledgers if ledger.has_dirty_cursors]
+        trimmable: list[tuple[ManagedLedger, int]] = []
+        dirty = []
+        for ledger in self._ledgers.values():
+            if ledger.is_closed:
+                continue
+            bound = ledger.trim_candidate()
+            if bound is not None:
+                trimmable.append((ledger, bound))
+            if ledger.has_dirty_cursors:
+                dirty.append(ledger.flush_cursors())
         if dirty:
             await asyncio.gather(*dirty)
         for ledger, bound in trimmable:

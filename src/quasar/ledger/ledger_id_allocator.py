@@ -14,6 +14,12 @@ lands (more than ``block_size / 2`` rollovers within one metadata round trip, or
 :meth:`allocate` returns None and the managed ledger keeps writing to its current ledger and rolls over at a
 later add: a rollover is delayed, never the event loop. :meth:`allocate_async` waits for a reservation (used
 when a new managed ledger is created, which awaits the metadata store anyway).
+
+A block that runs out before the next one lands makes the next reservations four times larger (up to
+:data:`MAX_BLOCK_SIZE` ids): after a restart every loaded topic's first publish starts a new ledger, so 10,000
+topics publishing at once need 10,000 ids within a few metadata round trips, and a fixed block of 1,000 left
+most of those rollovers delayed, each retried at every later add. Ids are 64-bit and gaps are harmless
+(BookKeeper's have them too), so a larger block costs nothing but ids left unused at the next restart.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ __all__ = ["LedgerIdAllocator"]
 log = logging.getLogger(__name__)
 
 _CAS_ATTEMPTS = 8
+MAX_BLOCK_SIZE = 65_536
+"""Most ids one reservation takes once blocks grew (see the module docstring)."""
 _RETRY_AFTER_FAILURE_S = 1.0
 
 
@@ -51,10 +59,12 @@ class LedgerIdAllocator:
             raise ValueError(f"refill_at must be in (0, 1], got {refill_at}")
         self._metadata = metadata
         self._block_size = block_size
-        self._refill_threshold = max(1, int(block_size * refill_at))
+        self._refill_at = refill_at
         self._next = 0
         self._limit = 0  # first id not in the current block
         self._block_start = 0
+        self._refill_from = 0  # the id from which the next block is reserved in the background
+        self._grown_in = -1  # the block (its start) that ran out and made blocks grow
         self._spare: tuple[int, int] | None = None  # the next block, reserved and not yet in use
         self._refill: asyncio.Task[None] | None = None
         self._retry_at = 0.0  # monotonic time before which a failed refill is not retried
@@ -83,11 +93,14 @@ class LedgerIdAllocator:
         one is ``refill_at`` used."""
         self._take_spare_if_exhausted()
         if self._next >= self._limit:
+            if self._grown_in != self._block_start and self._block_size < MAX_BLOCK_SIZE:
+                self._grown_in = self._block_start  # once per block that ran out
+                self._block_size = min(MAX_BLOCK_SIZE, self._block_size * 4)
             self._start_refill()
             return None
         ledger_id = self._next
         self._next += 1
-        if self._spare is None and self._next - self._block_start >= self._refill_threshold:
+        if self._spare is None and self._next >= self._refill_from:
             self._start_refill()
         return ledger_id
 
@@ -116,7 +129,11 @@ class LedgerIdAllocator:
     def _take_spare_if_exhausted(self) -> None:
         if self._next >= self._limit and self._spare is not None:
             (self._next, self._limit), self._spare = self._spare, None
-            self._block_start = self._next
+            self._use_block(self._next, self._limit)
+
+    def _use_block(self, start: int, limit: int) -> None:
+        self._block_start = start
+        self._refill_from = start + max(1, int((limit - start) * self._refill_at))
 
     def _start_refill(self) -> None:
         if self._refill is not None or self._closed or time.monotonic() < self._retry_at:
@@ -153,7 +170,8 @@ class LedgerIdAllocator:
                 except BadVersionError:
                     continue  # another allocator reserved a block meanwhile: read again
             if self._spare is None and self._next >= self._limit:
-                self._next, self._limit, self._block_start = start, limit, start
+                self._next, self._limit = start, limit
+                self._use_block(start, limit)
             elif self._spare is None or self._spare[1] <= start:
                 self._spare = (start, limit)
             return

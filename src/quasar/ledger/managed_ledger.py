@@ -467,6 +467,17 @@ class ManagedLedger:
         the confirmed end when there is no durable cursor (Pulsar ``getSlowestReaderPosition``)."""
         return self._cursors.slowest_read_bound(self._writer.confirmed_end)
 
+    def trim_candidate(self) -> int | None:
+        """The trim bound (:meth:`trim_bound`) when :meth:`trim_ledgers` would delete a ledger now, else None;
+        cheap when nothing it depends on changed since the last check that found nothing
+        (``LedgerTrimmer.bound_to_trim``). For the factory's background round."""
+        if self._state is not _State.OPEN or len(self._table) < 2:
+            return None
+        writer = self._writer
+        return self._trimmer.bound_to_trim(
+            self._cursors.trim_inputs(writer.confirmed_end), self.trim_bound, lambda: self.total_size
+        )
+
     async def trim_ledgers(self, bound: int | None = None) -> list[int]:
         """Delete the oldest ledgers wholly below queue offset ``bound`` that retention no longer keeps
         (``LedgerTrimmer.trim``; the current ledger never goes). ``bound`` defaults to :meth:`trim_bound`; pass

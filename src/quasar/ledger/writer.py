@@ -265,6 +265,7 @@ class LedgerWriter:
                 log.warning("%s: no ledger id reserved yet; the rollover waits for a later add", self._name)
             return
         self._roll_delayed = False
+        reopened = self._roll_pending
         closing = table.last
         closing.entries = table.next_offset - closing.first_queue_offset
         closing.size_bytes = self.current_size
@@ -274,7 +275,14 @@ class LedgerWriter:
         persisted = asyncio.ensure_future(self._persist_table(table.next_offset))
         self._track(persisted)
         self._unpersisted.append((table.next_offset, persisted))
-        log.info("%s: rolled over to ledger %d at queue offset %d", self._name, ledger_id, table.next_offset)
+        # the first add after a load always starts a ledger (10,000 of them after a restart): DEBUG, not INFO
+        log.log(
+            logging.DEBUG if reopened else logging.INFO,
+            "%s: rolled over to ledger %d at queue offset %d",
+            self._name,
+            ledger_id,
+            table.next_offset,
+        )
 
     async def _persist_table(self, first_offset: int) -> None:
         # the table store's (FIFO) lock runs the writes in call order; each covers every row created so far

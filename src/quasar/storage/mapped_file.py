@@ -52,6 +52,19 @@ def reserve_space(fd: int, start: int, end: int) -> None:
         os.posix_fallocate(fd, start, end - start)
 
 
+def _allocated_prefix(fd: int, allocated_bytes: int) -> int:
+    """Bytes from the start of the file known to have disk blocks: up to its first hole (``SEEK_HOLE``), and
+    never more than the blocks it holds (``st_blocks``, so a file system that reports no holes claims
+    nothing it has not allocated), in whole pages. A file this store wrote has its blocks from offset 0 on
+    (reservations grow from the start), so a file mapped after a restart needs no new reservation, and no
+    descriptor opened for one, before its next put. 0 when unknown."""
+    try:
+        hole = os.lseek(fd, 0, os.SEEK_HOLE)
+    except (OSError, AttributeError):
+        return 0
+    return min(hole, allocated_bytes) // OS_PAGE_SIZE * OS_PAGE_SIZE
+
+
 class FileCounter(Protocol):
     """What a file knows of the cache that counts it (:class:`~quasar.storage.file_cache.MappedFileCache`)."""
 
@@ -221,10 +234,11 @@ class MappedFile:
             return
         fd = os.open(self.path, os.O_RDWR)
         try:
-            actual = os.fstat(fd).st_size
-            if actual != self.file_size:
-                raise StoreLoadError(f"{self.path}: size {actual} bytes, expected {self.file_size} bytes")
+            stat = os.fstat(fd)
+            if stat.st_size != self.file_size:
+                raise StoreLoadError(f"{self.path}: size {stat.st_size} bytes, expected {self.file_size} bytes")
             mapping = mmap.mmap(fd, self.file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            reserved = self._saved_reserved_position or _allocated_prefix(fd, stat.st_blocks * 512)
         except BaseException:
             os.close(fd)
             raise
@@ -234,7 +248,7 @@ class MappedFile:
             self._fd = fd
         else:
             os.close(fd)
-        self.reserved_position = self._saved_reserved_position  # last: the put path checks it first
+        self.reserved_position = min(reserved, self.file_size)  # last: the put path checks it first
 
     def advise_random(self) -> None:
         """``madvise(MADV_RANDOM)`` on the mapping: a page fault reads that page only, no read-around. A consume
