@@ -279,7 +279,7 @@ class GroupCommitService(ServiceThread):
             loop.call_soon_threadsafe(callback, *args)
 
     def run(self) -> None:
-        posted = -1
+        posted = self._flushed_offset  # durable at start: an idle first round is not a round that synced
         while not self._stopped.is_set():
             self._wakeup.wait(GROUP_COMMIT_WAIT_S)
             self._wakeup.clear()
