@@ -20,7 +20,11 @@ ceiling`` (its msg/s over the do-nothing servicer's for the same phase; issue 18
 receive), ``µs over ceiling`` (its CPU per message minus the do-nothing servicer's: what Quasar adds to the
 gRPC layer's own cost) and ``CPU vs pulsar`` (its CPU per message over the Pulsar row's of the same phase;
 the target: ≤ 2x for a send). CPU per message depends on the rate (the store's flush and dispatch threads wake
-per group of entries), hence the paced Pulsar row.
+per group of entries), hence the paced Pulsar row. For ``send`` phases ``send p50 µs`` / ``send p99 µs`` are
+the client-side latency of each call; for the broker's rows ``fsync µs`` is the mean fdatasync time of a
+SYNC_FLUSH group commit round during the phase and ``rounds/msg`` the rounds per message (from ``/metrics``:
+``quasar_store_flush_latency_count`` / ``_sum``; empty under ASYNC_FLUSH). A sync send's latency is the
+ceiling's round trip plus what a Pulsar sync send pays (docs/rocketmq-benchmark.md, "Sync send latency").
 
 The do-nothing servicer (started here as a subprocess, ``--null-server``, on a free port and stopped by PID)
 is a ``grpc.aio`` server on the broker's own generated stubs (``quasar.broker.rocketmq.stubs``) that answers at
