@@ -20,7 +20,11 @@ ceiling`` (its msg/s over the do-nothing servicer's for the same phase; issue 18
 receive), ``µs over ceiling`` (its CPU per message minus the do-nothing servicer's: what Quasar adds to the
 gRPC layer's own cost) and ``CPU vs pulsar`` (its CPU per message over the Pulsar row's of the same phase;
 the target: ≤ 2x for a send). CPU per message depends on the rate (the store's flush and dispatch threads wake
-per group of entries), hence the paced Pulsar row.
+per group of entries), hence the paced Pulsar row. For ``send`` phases ``send p50 µs`` / ``send p99 µs`` are
+the client-side latency of each call; for the broker's rows ``fsync µs`` is the mean fdatasync time of a
+SYNC_FLUSH group commit round during the phase and ``rounds/msg`` the rounds per message (from ``/metrics``:
+``quasar_store_flush_latency_count`` / ``_sum``; empty under ASYNC_FLUSH). A sync send's latency is the
+ceiling's round trip plus what a Pulsar sync send pays (docs/rocketmq-benchmark.md, "Sync send latency").
 
 The do-nothing servicer (started here as a subprocess, ``--null-server``, on a free port and stopped by PID)
 is a ``grpc.aio`` server on the broker's own generated stubs (``quasar.broker.rocketmq.stubs``) that answers at
@@ -277,13 +281,29 @@ def cpu_seconds(pid: int | None) -> float | None:
 
 @dataclass(frozen=True, slots=True)
 class Phase:
-    """One phase on one target: messages done, wall seconds, server CPU seconds (None when unknown)."""
+    """One phase on one target: messages done, wall seconds, server CPU seconds (None when unknown); for a
+    ``send`` phase the client-side latency of each call (µs, sorted); on Quasar the broker's group commit
+    rounds over the phase and their fdatasync time (ms, from ``/metrics``; None without the admin URL)."""
 
     target: str
     name: str
     messages: int
     seconds: float
     cpu_s: float | None
+    latencies_us: tuple[float, ...] = ()
+    flush: tuple[int, float] | None = None
+
+    def latency(self, quantile: float) -> float | None:
+        """The ``quantile`` (0..1) of :attr:`latencies_us`; None when not measured."""
+        values = self.latencies_us
+        return values[min(len(values) - 1, int(quantile * len(values)))] if values else None
+
+    @property
+    def fsync_us(self) -> float | None:
+        """Mean fdatasync time of a group commit round during the phase (µs); None when none ran."""
+        if self.flush is None or not self.flush[0]:
+            return None
+        return self.flush[1] * 1000 / self.flush[0]
 
     @property
     def rate(self) -> float:
@@ -294,14 +314,66 @@ class Phase:
         return None if self.cpu_s is None or not self.messages else self.cpu_s * 1e6 / self.messages
 
 
-def _measure(target: str, name: str, pid: int | None, run: Callable[[], int]) -> Phase:
+FlushProbe = Callable[[], "tuple[int, float] | None"]
+"""``probe()``: the broker's group commit rounds so far and their summed fdatasync time (ms), or None."""
+
+
+def flush_probe(admin_url: str | None) -> FlushProbe:
+    """Reads ``quasar_store_flush_latency_count`` / ``_sum`` from the broker's ``/metrics`` (SYNC_FLUSH group
+    commit rounds and their fdatasync milliseconds; None when unavailable)."""
+
+    def probe() -> tuple[int, float] | None:
+        if admin_url is None:
+            return None
+        try:
+            with urllib.request.urlopen(f"{admin_url}/metrics", timeout=10) as response:
+                text = response.read().decode()
+        except OSError:
+            return None
+        found: dict[str, float] = {}
+        for line in text.splitlines():
+            name, _, value = line.partition(" ")
+            name = name.split("{", 1)[0]
+            if name in ("quasar_store_flush_latency_count", "quasar_store_flush_latency_sum"):
+                found[name] = found.get(name, 0.0) + float(value.split()[0])
+        if len(found) < 2:
+            return None
+        return int(found["quasar_store_flush_latency_count"]), found["quasar_store_flush_latency_sum"]
+
+    return probe
+
+
+def _no_probe() -> None:
+    return None
+
+
+def _measure(
+    target: str,
+    name: str,
+    pid: int | None,
+    run: Callable[[], int],
+    probe: FlushProbe = _no_probe,
+    latencies: list[float] | None = None,
+) -> Phase:
+    flush_start = probe()
     cpu_start = cpu_seconds(pid)
     start = time.perf_counter()
     done = run()
     seconds = time.perf_counter() - start
     cpu_end = cpu_seconds(pid)
+    flush_end = probe()
     cpu = None if cpu_start is None or cpu_end is None else cpu_end - cpu_start
-    return Phase(target, name, done, seconds, cpu)
+    flush = None
+    if flush_start is not None and flush_end is not None:
+        flush = (flush_end[0] - flush_start[0], flush_end[1] - flush_start[1])
+    return Phase(target, name, done, seconds, cpu, tuple(sorted(latencies or ())), flush)
+
+
+def _timed(call: Callable[[Any], object], argument: Any, latencies: list[float]) -> None:
+    """``call(argument)``, its duration appended to ``latencies`` (µs, client-side perf_counter)."""
+    start = time.perf_counter()
+    call(argument)
+    latencies.append((time.perf_counter() - start) * 1e6)
 
 
 def _rmq_message(topic: str, payload: bytes) -> Any:
@@ -322,6 +394,7 @@ def rocketmq_phases(
     sync_messages: int,
     messages: int,
     in_flight: int,
+    probe: FlushProbe = _no_probe,
 ) -> list[Phase]:
     """send, send_async and receive through the official client against ``endpoint``."""
     from rocketmq import ClientConfiguration, Credentials, FilterExpression, Producer, SimpleConsumer
@@ -337,9 +410,11 @@ def rocketmq_phases(
     try:
         producer.send(_rmq_message(topic, payload))  # warm: route, connection, broker-side producer
 
+        latencies: list[float] = []
+
         def send() -> int:
             for _ in range(sync_messages):
-                producer.send(_rmq_message(topic, payload))
+                _timed(producer.send, _rmq_message(topic, payload), latencies)
             return sync_messages
 
         def send_async() -> int:
@@ -360,8 +435,8 @@ def rocketmq_phases(
                 raise RuntimeError(f"{len(failures)} send_async failures, first: {failures[0]!r}")
             return messages
 
-        phases.append(_measure(target, "send", pid, send))
-        phases.append(_measure(target, "send_async", pid, send_async))
+        phases.append(_measure(target, "send", pid, send, probe, latencies))
+        phases.append(_measure(target, "send_async", pid, send_async, probe))
     finally:
         producer.shutdown()
 
@@ -393,6 +468,7 @@ def pulsar_phases(
     sync_messages: int,
     messages: int,
     in_flight: int,
+    probe: FlushProbe = _no_probe,
 ) -> list[Phase]:
     """The same phases through the official pulsar-client (no batching: one message, one entry); with
     ``paced_rate`` (msg/s) the send_async phase is held to that rate (the RocketMQ send_async rate, so the
@@ -415,9 +491,11 @@ def pulsar_phases(
         payload = os.urandom(size)
         producer.send(payload)
 
+        latencies: list[float] = []
+
         def send() -> int:
             for _ in range(sync_messages):
-                producer.send(payload)
+                _timed(producer.send, payload, latencies)
             return sync_messages
 
         def send_async(rate: float | None) -> int:
@@ -440,11 +518,11 @@ def pulsar_phases(
             return messages
 
         phases = [
-            _measure("pulsar", "send", pid, send),
-            _measure("pulsar", "send_async", pid, lambda: send_async(paced_rate)),
+            _measure("pulsar", "send", pid, send, probe, latencies),
+            _measure("pulsar", "send_async", pid, lambda: send_async(paced_rate), probe),
         ]
         if paced_rate is not None:
-            phases.append(_measure("pulsar", "send_async max", pid, lambda: send_async(None)))
+            phases.append(_measure("pulsar", "send_async max", pid, lambda: send_async(None), probe))
         producer.close()
         total = sync_messages + messages * len(phases[1:]) + 1
 
@@ -486,7 +564,8 @@ def _admin_group(admin_url: str) -> Callable[[str, str], None]:
 def results_table(phases: list[Phase], title: str) -> Table:
     table = Table(title=title)
     columns = ("target", "phase", "messages", "msg/s", "server µs/msg", "% of ceiling", "µs over ceiling")
-    for column in (*columns, "CPU vs pulsar"):
+    latency_columns = ("CPU vs pulsar", "send p50 µs", "send p99 µs", "fsync µs", "rounds/msg")
+    for column in (*columns, *latency_columns):
         table.add_column(column, justify="right")
     by_key = {(p.target, p.name): p for p in phases}
     for p in phases:
@@ -500,6 +579,7 @@ def results_table(phases: list[Phase], title: str) -> Table:
         cpu_ratio = ""
         if p.target == "quasar" and pulsar_phase and p.cpu_us and pulsar_phase.cpu_us:
             cpu_ratio = f"{p.cpu_us / pulsar_phase.cpu_us:.2f}x"
+        p50, p99, fsync = p.latency(0.5), p.latency(0.99), p.fsync_us
         table.add_row(
             p.target,
             p.name,
@@ -509,6 +589,10 @@ def results_table(phases: list[Phase], title: str) -> Table:
             share,
             over,
             cpu_ratio,
+            "" if p50 is None else f"{p50:,.0f}",
+            "" if p99 is None else f"{p99:,.0f}",
+            "" if fsync is None else f"{fsync:,.0f}",
+            "" if p.flush is None or not p.flush[0] or not p.messages else f"{p.flush[0] / p.messages:.2f}",
         )
     return table
 
@@ -571,7 +655,7 @@ def main(
         return
     if endpoint is not None and (service_url is None or admin_url is None):
         raise click.UsageError("--endpoint needs --service-url and --admin-url")
-    console = Console(width=130)
+    console = Console(width=180)
     scratch = Path(tempfile.mkdtemp(prefix="rmqbench-"))
     broker: BrokerProcess | None = None
     null = NullServer(size)
@@ -592,10 +676,11 @@ def main(
             null.start()
             phases += rocketmq_phases("ceiling", null.endpoint, null.pid, lambda _t, _g: None, *args)
             null.stop()
-        phases += rocketmq_phases("quasar", endpoint, broker_pid, _admin_group(admin_url), *args)
+        probe = flush_probe(admin_url)
+        phases += rocketmq_phases("quasar", endpoint, broker_pid, _admin_group(admin_url), *args, probe)
         if not skip_pulsar:
             paced = next((p.rate for p in phases if (p.target, p.name) == ("quasar", "send_async")), None)
-            phases += pulsar_phases(service_url, broker_pid, paced, *args)
+            phases += pulsar_phases(service_url, broker_pid, paced, *args, probe)
         where = f"{flush.upper()}_FLUSH broker" if broker is not None else "running broker"
         console.print(
             results_table(phases, f"RocketMQ client vs its ceiling and the Pulsar path: {size} B, {where}")

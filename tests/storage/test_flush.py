@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from quasar.storage import FlushDiskType, PutStatus, StoreClosedError
+from quasar.storage import flush as flush_module
 from quasar.storage import mapped_file as mapped_file_module
 
 from .conftest import body_for, open_store
@@ -259,4 +260,21 @@ async def test_the_flush_latency_observer_hears_each_group_commit_round_on_the_l
     rounds = store.flusher.group_commit_rounds
     await asyncio.sleep(0.1)  # idle group commit wake-ups sync nothing: no more observations
     assert len(heard) <= rounds
+    await store.close()
+
+
+async def test_a_sync_flush_put_wakes_the_group_commit_instead_of_waiting_for_its_tick(
+    root: Path, syncs: SyncCounter, monkeypatch
+):
+    """The sync send's latency (docs/rocketmq-benchmark.md, "Sync send latency"): a SYNC_FLUSH put wakes the
+    group commit thread itself, so its receipt waits for one fdatasync, never for the thread's idle tick
+    (``GROUP_COMMIT_WAIT_S``, stretched here to a minute: every put below would time out if it waited)."""
+    monkeypatch.setattr(flush_module, "GROUP_COMMIT_WAIT_S", 60.0)
+    store = open_store(root)
+    await store.start()
+    for i in range(5):  # one at a time, as sync sends: each needs its own round
+        result = await asyncio.wait_for(store.put_and_wait(TOPIC, 0, body_for(i)), 20)
+        assert result.status is PutStatus.PUT_OK
+        assert store.flushed_commit_log_offset >= result.commit_log_offset
+    assert syncs.count("quasar-group-commit") >= 5
     await store.close()
