@@ -75,49 +75,7 @@ class StoreReader:
         queue's file cannot be mapped now (too many open files: transient), :class:`StoreLoadError` when the
         queue's files, loaded on first use, do not fit the configuration.
         """
-        self._check_open()
-        if max_count < 1:
-            raise ValueError(f"max_count must be >= 1: {max_count}")
-        queue = self._consume_queues.get(topic, queue_id)
-        if queue is None:
-            return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, [], 0, 0, 0)
-        min_offset, max_offset = queue.min_offset, queue.max_offset
-        if not min_offset <= queue_offset < max_offset:
-            return _outside_queue(queue_offset, min_offset, max_offset)
-        messages: list[StoredMessage] = []
-        offset = queue_offset
-        total_bytes = 0
-        end = min(max_offset, queue_offset + max_count)  # skipped (damaged) units count against max_count
-        while offset < end:
-            try:
-                units = queue.read_units(offset, end - offset)  # maps the file again if it was unmapped
-            except OSError as exc:
-                raise ConsumeQueueUnavailableError(f"consume queue {topic}/{queue_id}: {exc}") from exc
-            if units is None:
-                if offset == queue_offset:
-                    next_offset = queue.next_file_queue_offset(offset)
-                    return GetResult(GetStatus.OFFSET_FOUND_NULL, [], next_offset, min_offset, max_offset)
-                break
-            for commit_log_offset, size, _ in UNIT.iter_unpack(units):
-                if total_bytes and total_bytes + size > max_bytes:
-                    return GetResult(GetStatus.FOUND, messages, offset, min_offset, max_offset)
-                try:
-                    message = self._read_message(commit_log_offset, size, check_crc=True)
-                except CorruptRecordError as exc:
-                    log.error("%s/%d queue offset %d: %s; skipped", topic, queue_id, offset, exc)
-                    self.corrupt_records_skipped += 1
-                    offset += 1
-                    continue
-                if message is None:
-                    if messages:
-                        return GetResult(GetStatus.FOUND, messages, offset, min_offset, max_offset)
-                    return GetResult(GetStatus.MESSAGE_WAS_REMOVING, [], offset + 1, min_offset, max_offset)
-                messages.append(message)
-                total_bytes += size
-                offset += 1
-        if not messages:  # every unit read pointed at a damaged record
-            return GetResult(GetStatus.MESSAGE_WAS_REMOVING, [], offset, min_offset, max_offset)
-        return GetResult(GetStatus.FOUND, messages, offset, min_offset, max_offset)
+        return self.get_matching(topic, queue_id, queue_offset, max_count, None, max_count, max_bytes)
 
     def get_matching(
         self,
@@ -138,7 +96,8 @@ class StoreReader:
         ``next_begin_offset`` is the queue offset after the last unit examined, so a filtered-out stretch is
         not scanned again. Statuses as :meth:`get`, plus ``NO_MATCHED_MESSAGE`` when units were examined and
         none matched. Raises ValueError for ``max_count < 1`` or ``max_scan < 1``, and what :meth:`get`
-        raises.
+        raises. With ``tag_hashes`` None and ``max_scan == max_count`` it is :meth:`get` (skipped damaged
+        units count against ``max_count``).
         """
         self._check_open()
         if max_count < 1 or max_scan < 1:
@@ -185,7 +144,7 @@ class StoreReader:
                 offset += 1
                 if len(messages) >= max_count:
                     break
-        status = GetStatus.FOUND if messages else GetStatus.NO_MATCHED_MESSAGE
+        status = GetStatus.FOUND if messages else _nothing_read(tag_hashes)
         return GetResult(status, messages, offset, min_offset, max_offset)
 
     def _read_message(
@@ -291,6 +250,12 @@ class StoreReader:
     def queues(self) -> list[tuple[str, int]]:
         """Every (topic, queue id) with a consume queue, sorted."""
         return self._consume_queues.queues()
+
+
+def _nothing_read(tag_hashes: frozenset[int] | None) -> GetStatus:
+    """The status of a read that returns no message: without a filter every unit read pointed at a damaged
+    record (``MESSAGE_WAS_REMOVING``); with one, no unit matched (``NO_MATCHED_MESSAGE``)."""
+    return GetStatus.MESSAGE_WAS_REMOVING if tag_hashes is None else GetStatus.NO_MATCHED_MESSAGE
 
 
 def _outside_queue(queue_offset: int, min_offset: int, max_offset: int) -> GetResult:
