@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "qs_pb.h"
+#include "qs_pyargs.h"
 #include "qs_utf8.h"
 
 #define ENTRY_END (1LL << 31)
@@ -25,23 +26,6 @@ enum {
     B_KEY_VALID, B_KEY_OFF, B_KEY, B_VALUE_OFF, B_VALUE, B_ID_OFF, B_ID, B_LEDGER, B_ENTRY, B_BATCH, B_PUBLISH,
     B_EVENT_VALID, B_EVENT, B_PROPS_OFF, B_PK_OFF, B_PK, B_PV_OFF, B_PV, B_REDELIVERY
 };
-
-/* An int in [low, high] -> *out: TypeError (not an int) / ValueError (out of range), as qs_pyargs.h. */
-static int arg_int(PyObject *obj, const char *name, long long low, long long high, long long *out) {
-    if (!PyLong_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "%s must be an int, got %.100s", name, Py_TYPE(obj)->tp_name);
-        return -1;
-    }
-    int overflow = 0;
-    long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
-    if (v == -1 && PyErr_Occurred()) return -1;
-    if (overflow || v < low || v > high) {
-        PyErr_Format(PyExc_ValueError, "%s %R is out of range [%lld, %lld]", name, obj, low, high);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
 
 typedef struct {
     uint8_t *p;
@@ -307,7 +291,7 @@ static int key_arg(PyObject *obj, const char *name, int64_t *out) {
     }
     for (int i = 0; i < 3; i++) {
         long long v;
-        if (arg_int(PyTuple_GET_ITEM(obj, i), name, INT64_MIN, INT64_MAX, &v)) return -1;
+        if (qs_arg_signed(PyTuple_GET_ITEM(obj, i), name, INT64_MIN, INT64_MAX, &v)) return -1;
         out[i] = v;
     }
     return 0;
@@ -352,7 +336,7 @@ static PyObject *decode_entries(PyObject *self, PyObject *const *args, Py_ssize_
     memset(&o, 0, sizeof(o));
     long long partition;
     if (key_arg(args[2], "start", o.start) || key_arg(args[3], "end", o.end)) return NULL;
-    if (arg_int(args[1], "partition", INT32_MIN, INT32_MAX, &partition)) return NULL;
+    if (qs_arg_signed(args[1], "partition", INT32_MIN, INT32_MAX, &partition)) return NULL;
     o.partition = partition;
     Py_ssize_t n = PyList_GET_SIZE(entries);
     in_t *in = PyMem_Calloc((size_t)(n ? n : 1), sizeof(in_t));
@@ -366,14 +350,14 @@ static PyObject *decode_entries(PyObject *self, PyObject *const *args, Py_ssize_
             goto fail_in;
         }
         PyObject *meta = PyTuple_GET_ITEM(item, 2), *payload = PyTuple_GET_ITEM(item, 3);
-        if (arg_int(PyTuple_GET_ITEM(item, 0), "ledgerId", INT64_MIN, INT64_MAX, &ledger) ||
-            arg_int(PyTuple_GET_ITEM(item, 1), "entryId", INT64_MIN, INT64_MAX, &entry))
+        if (qs_arg_signed(PyTuple_GET_ITEM(item, 0), "ledgerId", INT64_MIN, INT64_MAX, &ledger) ||
+            qs_arg_signed(PyTuple_GET_ITEM(item, 1), "entryId", INT64_MIN, INT64_MAX, &entry))
             goto fail_in;
         if (!PyBytes_CheckExact(meta) || !PyBytes_CheckExact(payload)) {
             PyErr_SetString(PyExc_TypeError, "an entry's metadata and payload must be bytes");
             goto fail_in;
         }
-        if (arg_int(PyTuple_GET_ITEM(item, 4), "redelivery", INT32_MIN, INT32_MAX, &redelivery)) goto fail_in;
+        if (qs_arg_signed(PyTuple_GET_ITEM(item, 4), "redelivery", INT32_MIN, INT32_MAX, &redelivery)) goto fail_in;
         Py_INCREF(meta);
         Py_INCREF(payload);
         in[i] = (in_t){ledger, entry, (int32_t)redelivery, meta, payload, (const uint8_t *)PyBytes_AS_STRING(meta),
