@@ -69,6 +69,19 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
+@pytest.fixture(scope="module")
+def pulsar_client(rmq_broker: BrokerProcess) -> Iterator[Any]:
+    """The official Pulsar client on the module's broker (cross-protocol checks), closed after the module."""
+    pulsar = pytest.importorskip("pulsar")
+    client = pulsar.Client(
+        rmq_broker.service_url,
+        operation_timeout_seconds=10,
+        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
+    )
+    yield client
+    client.close()
+
+
 @pytest.fixture
 def rmq_endpoint(rmq_broker: BrokerProcess) -> str:
     assert rmq_broker.rocketmq_address is not None

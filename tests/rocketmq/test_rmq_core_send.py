@@ -39,13 +39,6 @@ def producer_factory(rmq_config: Callable[..., Any]) -> Iterator[Callable[..., A
         producer.shutdown()
 
 
-@pytest.fixture
-def pulsar_client(rmq_broker: BrokerProcess) -> Iterator[Any]:
-    client = pulsar.Client(rmq_broker.service_url, operation_timeout_seconds=10)
-    yield client
-    client.close()
-
-
 def _message(
     topic: str, body: bytes, *, tag: str | None = None, keys: tuple[str, ...] = (), **props: str
 ) -> Any:

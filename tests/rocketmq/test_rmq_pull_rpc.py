@@ -30,15 +30,6 @@ def _topic() -> str:
     return f"pull-{uuid.uuid4().hex[:10]}"
 
 
-@pytest.fixture(scope="module")
-def pulsar_client(rmq_broker):
-    import pulsar
-
-    client = pulsar.Client(rmq_broker.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
-    yield client
-    client.close()
-
-
 def _publish(client: Any, topic: str, bodies: list[str], tags: list[str | None] | None = None) -> None:
     producer = client.create_producer(f"persistent://public/default/{topic}", batching_enabled=False)
     try:
