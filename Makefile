@@ -26,7 +26,7 @@ $(VENV)/.built-ext: $(EXT_SOURCES) | $(VENV)/.installed-run
 	touch $@
 
 ## make run: install and start the standalone broker on embedded defaults
-## (data in ./data, pulsar://127.0.0.1:6650, admin http://127.0.0.1:8080)
+## (data in ./data, pulsar://127.0.0.1:6650, admin http://127.0.0.1:8080, RocketMQ gRPC 127.0.0.1:8081)
 run: $(VENV)/.installed-run $(VENV)/.built-ext
 	$(BIN)/quasar standalone --data-dir ./data
 
